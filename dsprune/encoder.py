@@ -1,0 +1,315 @@
+"""One definition of how text becomes an embedding.
+
+Prompts, EOS, padding side, pad token, truncation, pooling and normalisation live in ``EncoderConfig`` and
+nowhere else: training, scoring, pruning and evaluation all call ``Encoder.tokenize`` and ``Encoder.pool``,
+so a model is never trained on one tokenisation and evaluated on another.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from . import formats
+from .errors import DsPruneError
+from .settings import cache_dir
+
+POOLINGS = ("mean", "last", "cls")
+
+
+@dataclass
+class EncoderConfig:
+    """How a backbone is used as an embedder (saved as ``dsprune_encoder.json`` beside the weights)."""
+
+    pooling: str = "mean"                 # mean | last | cls
+    normalize: bool = True
+    query_prompt: str = ""                # prefix for queries (an instruction, "query: ", ...)
+    passage_prompt: str = ""              # prefix for passages (mteb's "document")
+    task_prompts: dict = field(default_factory=dict)  # task name -> query prompt, overrides query_prompt
+    append_eos: bool = False              # append the EOS token after truncation (last-token pooling)
+    padding_side: str = "right"
+    pad_token: str | None = None          # None: keep the tokenizer's, else fall back to EOS
+    max_length: int = 256
+    query_max_length: int | None = None   # None: max_length
+
+    def __post_init__(self):
+        if self.pooling not in POOLINGS:
+            raise DsPruneError(f"encoder.pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
+        if self.padding_side not in ("left", "right"):
+            raise DsPruneError(f"encoder.padding_side must be 'left' or 'right', not {self.padding_side!r}")
+        if self.max_length < 2:
+            raise DsPruneError(f"encoder.max_length must be at least 2, not {self.max_length}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EncoderConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise DsPruneError(f"unknown encoder option(s): {', '.join(unknown)}")
+        return cls(**d)
+
+    def prompt(self, kind: str, task: str | None = None) -> str:
+        if kind == "query":
+            return self.task_prompts.get(task, self.query_prompt) if task else self.query_prompt
+        if kind in ("passage", "document"):
+            return self.passage_prompt
+        raise DsPruneError(f"kind must be 'query' or 'passage', not {kind!r}")
+
+
+def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
+    """Pool token states over the real (non-pad) tokens; works for left and right padding."""
+    mask = mask.to(hidden.dtype)
+    if how == "mean":
+        return (hidden * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).clamp_min(1.0)
+    if how == "last":
+        pos = torch.arange(mask.shape[1], device=mask.device)
+        last = (pos * mask.long()).argmax(1)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+    if how == "cls":
+        first = mask.long().argmax(1)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), first]
+    raise DsPruneError(f"unknown pooling {how!r}")
+
+
+def _register_dsprune_classes() -> None:
+    """Let dsprune load its own exports without running remote code."""
+    from transformers import AutoConfig, AutoModel
+
+    from .surgery.modeling_dsprune import DsPruneConfig, DsPruneModel
+    try:
+        AutoConfig.register("dsprune", DsPruneConfig)
+        AutoModel.register(DsPruneConfig, DsPruneModel)
+    except ValueError:
+        pass  # already registered
+
+
+class Encoder(nn.Module):
+    """A Hugging Face backbone plus the ``EncoderConfig`` that says how to embed with it."""
+
+    def __init__(self, model: nn.Module, tokenizer, config: EncoderConfig | None = None):
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config or EncoderConfig()
+        self._setup_tokenizer()
+
+    # ---- structure ---------------------------------------------------------------------------------
+    @property
+    def backbone(self) -> nn.Module:
+        """The plain HF model (inside a dsprune export, its wrapped original architecture)."""
+        return getattr(self.model, "backbone", self.model)
+
+    @property
+    def family(self) -> str:
+        from .surgery.modeling_dsprune import family_of
+        return family_of(self.backbone.config)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _setup_tokenizer(self) -> None:
+        tok = self.tokenizer
+        tok.padding_side = self.config.padding_side
+        if self.config.pad_token is not None:
+            tok.pad_token = self.config.pad_token
+        elif tok.pad_token is None:
+            if tok.eos_token is None:
+                raise DsPruneError("tokenizer has neither a pad nor an EOS token: set encoder.pad_token")
+            tok.pad_token = tok.eos_token
+        if self.config.append_eos and tok.eos_token_id is None:
+            raise DsPruneError("encoder.append_eos is set but the tokenizer has no EOS token")
+
+    # ---- text -> tensors ---------------------------------------------------------------------------
+    def tokenize(self, texts: Sequence[str], kind: str = "passage", task: str | None = None,
+                 max_length: int | None = None) -> dict[str, torch.Tensor]:
+        """The one tokenisation: prompt, truncation, EOS, padding. Training and evaluation both call it."""
+        cfg = self.config
+        if max_length is None:
+            max_length = (cfg.query_max_length or cfg.max_length) if kind == "query" else cfg.max_length
+        prompt = cfg.prompt(kind, task)
+        texts = [prompt + t for t in texts]
+        room = max_length - (1 if cfg.append_eos else 0)
+        enc = self.tokenizer(texts, truncation=True, max_length=room, padding=False,
+                             return_attention_mask=False)
+        ids = enc["input_ids"]
+        if cfg.append_eos:
+            eos = self.tokenizer.eos_token_id
+            ids = [x if (x and x[-1] == eos) else x + [eos] for x in ids]
+        batch = self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt",
+                                   return_attention_mask=True)
+        return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+        emb = pool(hidden, attention_mask, self.config.pooling)
+        if self.config.normalize:
+            emb = nn.functional.normalize(emb.float(), dim=-1).to(emb.dtype)
+        return emb
+
+    @torch.no_grad()
+    def encode(self, texts: Sequence[str], kind: str = "passage", batch_size: int = 32,
+               task: str | None = None, show_progress: bool = True,
+               max_length: int | None = None) -> torch.Tensor:
+        """Embed texts in batches (sorted by length to waste little padding); returns fp32 on CPU."""
+        from tqdm.auto import tqdm
+
+        texts = list(texts)
+        if not texts:
+            return torch.empty(0, self.embedding_dim)
+        was_training = self.training
+        self.eval()
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out = [None] * len(texts)
+        dev = self.device
+        bar = tqdm(range(0, len(texts), batch_size), desc=f"encode {kind}s", disable=not show_progress,
+                   leave=False)
+        for start in bar:
+            idx = order[start:start + batch_size]
+            batch = self.tokenize([texts[i] for i in idx], kind, task, max_length)
+            emb = self(batch["input_ids"].to(dev), batch["attention_mask"].to(dev)).float().cpu()
+            for j, i in enumerate(idx):
+                out[i] = emb[j]
+        self.train(was_training)
+        return torch.stack(out)
+
+    @property
+    def embedding_dim(self) -> int:
+        return int(self.backbone.config.hidden_size)
+
+    # ---- disk --------------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike, sentence_transformers: bool = True) -> None:
+        """Save weights, tokenizer and encoder config; also the files sentence-transformers reads."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path, safe_serialization=True)
+        self.tokenizer.save_pretrained(path)
+        formats.write_json(path / formats.ENCODER_CONFIG, dataclasses.asdict(self.config))
+        if getattr(self.model.config, "model_type", None) == "dsprune":
+            import shutil
+            from .surgery import modeling_dsprune
+            shutil.copy(modeling_dsprune.__file__, path / "modeling_dsprune.py")
+        if sentence_transformers:
+            self._save_st_files(path)
+
+    def _save_st_files(self, path: Path) -> None:
+        cfg = self.config
+        mode = {"mean": "mean", "last": "lasttoken", "cls": "cls"}[cfg.pooling]
+        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        if cfg.normalize:
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                            "type": "sentence_transformers.models.Normalize"})
+            (path / "2_Normalize").mkdir(exist_ok=True)
+        formats.write_json(path / "modules.json", modules)
+        formats.write_json(path / "sentence_bert_config.json",
+                           {"max_seq_length": cfg.max_length, "do_lower_case": False,
+                            "model_args": {"trust_remote_code": True},
+                            "config_args": {"trust_remote_code": True}})
+        formats.write_json(path / "1_Pooling" / "config.json",
+                           {"word_embedding_dimension": self.embedding_dim, f"pooling_mode_{mode}_token"
+                            if mode != "mean" else "pooling_mode_mean_tokens": True})
+        formats.write_json(path / "config_sentence_transformers.json",
+                           {"prompts": {"query": cfg.query_prompt, "document": cfg.passage_prompt},
+                            "default_prompt_name": None, "similarity_fn_name": "cosine"})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, config: EncoderConfig | dict | None = None,
+             dtype: str | torch.dtype = "float32", device: str = "cpu", gguf_file: str | None = None,
+             attn_implementation: str | None = "sdpa") -> "Encoder":
+        """Load an HF folder, a sentence-transformers folder, a dsprune export or a GGUF file.
+
+        The encoder config comes from, in order: the argument, ``dsprune_encoder.json``, the
+        sentence-transformers files, defaults.
+        """
+        from transformers import AutoModel, AutoTokenizer
+
+        _register_dsprune_classes()
+        path = Path(path)
+        if str(path).endswith(".gguf"):
+            path, gguf_file = path.parent, path.name
+        if not path.exists():
+            raise DsPruneError(f"model not found: {path}")
+        if gguf_file:
+            path = _gguf_to_folder(path, gguf_file)
+        if not (path / "config.json").is_file():
+            raise DsPruneError(f"not a model folder (no config.json): {path}")
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        if isinstance(config, dict):
+            config = EncoderConfig.from_dict(config)
+        if config is None:
+            config = _encoder_config_from_folder(path)
+        kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        try:
+            model = AutoModel.from_pretrained(path, dtype=dtype, **kw)
+        except (ValueError, ImportError) as e:
+            if "attn" not in str(e).lower() or not kw:
+                raise
+            model = AutoModel.from_pretrained(path, dtype=dtype)
+        tok = AutoTokenizer.from_pretrained(path)
+        from .surgery.modeling_dsprune import family_of
+        try:
+            family_of(getattr(model, "backbone", model).config)
+        except ValueError as e:
+            raise DsPruneError(str(e)) from None
+        enc = cls(model.to(device), tok, config)
+        enc.source = str(path)
+        return enc
+
+
+def _encoder_config_from_folder(path: Path) -> EncoderConfig:
+    if (path / formats.ENCODER_CONFIG).is_file():
+        return EncoderConfig.from_dict(formats.read_json(path / formats.ENCODER_CONFIG))
+    pooling_cfg = path / "1_Pooling" / "config.json"
+    if pooling_cfg.is_file():  # a sentence-transformers folder
+        p = json.loads(pooling_cfg.read_text())
+        pooling = ("cls" if p.get("pooling_mode_cls_token") else
+                   "last" if p.get("pooling_mode_lasttoken") else "mean")
+        modules = json.loads((path / "modules.json").read_text()) if (path / "modules.json").is_file() else []
+        normalize = any(m.get("type", "").endswith("Normalize") for m in modules)
+        max_len = 256
+        if (path / "sentence_bert_config.json").is_file():
+            max_len = json.loads((path / "sentence_bert_config.json").read_text()).get("max_seq_length", 256)
+        prompts = {}
+        if (path / "config_sentence_transformers.json").is_file():
+            prompts = json.loads((path / "config_sentence_transformers.json").read_text()).get("prompts", {})
+        return EncoderConfig(pooling=pooling, normalize=normalize, max_length=max_len,
+                             query_prompt=prompts.get("query", "") or "",
+                             passage_prompt=prompts.get("document", prompts.get("passage", "")) or "")
+    return EncoderConfig()
+
+
+def _gguf_to_folder(folder: Path, fname: str) -> Path:
+    """Dequantise a GGUF once into a safetensors folder (transformers refuses to save GGUF-loaded models)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    src = folder / fname
+    if not src.is_file():
+        raise DsPruneError(f"GGUF file not found: {src}")
+    st = src.stat()
+    key = hashlib.sha1(f"{src.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    out = cache_dir() / "gguf" / f"{src.stem}-{key}"
+    if (out / "config.json").is_file():
+        return out
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
+    loaded = AutoModel.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+    fresh = type(loaded)(loaded.config)
+    fresh.load_state_dict(loaded.state_dict())
+    with formats.output_dir(out, overwrite=True) as tmp:
+        fresh.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+    return out
+
+
+def iter_batches(items: Sequence, size: int) -> Iterable[Sequence]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]

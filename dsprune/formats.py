@@ -1,0 +1,231 @@
+"""The on-disk vocabulary every stage shares.
+
+Each command writes a folder with a ``manifest.json``; scores, masks, results and bench output have one
+layout each, defined here. Layer indices always refer to the original model's numbering. Folders are
+written to a temporary sibling and renamed, so a failed stage never leaves a half-written output.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import DsPruneError
+
+MANIFEST = "manifest.json"
+SCORES = "scores.json"
+MASK = "mask.safetensors"
+MASK_META = "mask.json"
+RESULTS = "results.json"
+BENCH = "bench.json"
+ENCODER_CONFIG = "dsprune_encoder.json"
+
+
+def code_version() -> str:
+    """Git commit of the dsprune checkout (plus '-dirty'), or the package version."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        if sha:
+            return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    from . import __version__
+    return __version__
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write JSON atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=2, default=_json_default)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "__dataclass_fields__"):
+        import dataclasses
+        return dataclasses.asdict(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def read_json(path: str | os.PathLike, what: str = "file") -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise DsPruneError(f"{what} not found: {path}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise DsPruneError(f"{path}: line {e.lineno}: invalid JSON ({e.msg})") from None
+
+
+def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> list[dict]:
+    """Read a JSONL file; a malformed line or a missing field is reported with file and line number."""
+    path = Path(path)
+    if not path.is_file():
+        raise DsPruneError(f"file not found: {path}")
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DsPruneError(f"{path}: line {n}: malformed JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DsPruneError(f"{path}: line {n}: expected a JSON object, got {type(row).__name__}")
+            missing = [k for k in required if k not in row]
+            if missing:
+                raise DsPruneError(f"{path}: line {n}: missing field(s) {', '.join(missing)}")
+            rows.append(row)
+    return rows
+
+
+@contextlib.contextmanager
+def output_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary folder that becomes ``out`` only if the block finishes.
+
+    Refuses an existing ``out`` unless ``overwrite``; on error the temporary folder is removed and any
+    previous ``out`` is left untouched.
+    """
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise DsPruneError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+def manifest(stage: str, inputs: dict, config: dict, figures: dict | None = None, **extra: Any) -> dict:
+    """The record every stage writes: what went in, with which settings, which code, what came out."""
+    return {
+        "stage": stage,
+        "inputs": inputs,
+        "config": config,
+        "figures": figures or {},
+        "code_version": code_version(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **extra,
+    }
+
+
+def write_manifest(folder: str | os.PathLike, stage: str, inputs: dict, config: dict,
+                   figures: dict | None = None, **extra: Any) -> dict:
+    m = manifest(stage, inputs, config, figures, **extra)
+    write_json(Path(folder) / MANIFEST, m)
+    return m
+
+
+def read_manifest(folder: str | os.PathLike) -> dict:
+    return read_json(Path(folder) / MANIFEST, "manifest")
+
+
+# ---- scores.json -------------------------------------------------------------------------------------
+# {"model": ..., "num_layers": L, "layer_ids": [...original ids...],
+#  "scores": {"attn": {"<layer>": s, ...}, "mlp": {...}, "block": {...}},
+#  "order":  {"attn": [least important first...], "mlp": [...], "block": [...]},
+#  "history": [...]  # iterative scoring: one entry per drop step}
+
+def drop_order(scores: dict[str, float]) -> list[int]:
+    """Least important first; ties broken by layer index so the order is deterministic."""
+    return [int(k) for k, _ in sorted(scores.items(), key=lambda kv: (kv[1], int(kv[0])))]
+
+
+def write_scores(folder: str | os.PathLike, scores: dict[str, dict[int, float]], **extra: Any) -> dict:
+    doc = {
+        "scores": {g: {str(k): float(v) for k, v in s.items()} for g, s in scores.items()},
+        "order": {g: drop_order({str(k): v for k, v in s.items()}) for g, s in scores.items()},
+        **extra,
+    }
+    write_json(Path(folder) / SCORES, doc)
+    return doc
+
+
+def read_scores(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    if path.is_dir():
+        path = path / SCORES
+    doc = read_json(path, "scores file")
+    for key in ("scores", "order"):
+        if key not in doc:
+            raise DsPruneError(f"{path}: missing field '{key}'")
+    return doc
+
+
+# ---- masks --------------------------------------------------------------------------------------------
+# mask.safetensors: one 0/1 tensor per masked weight or per MLP neuron set.
+#   structured:   "mlp.<layer>" -> bool[intermediate] (neurons kept), layer = original index
+#   unstructured: "<parameter name>" -> bool[shape of the weight] (weights kept)
+# mask.json: {"kind": "structured"|"unstructured", "method": ..., "ratio": r, "kept": n, "total": N, ...}
+
+def write_mask(folder: str | os.PathLike, tensors: dict[str, Any], kind: str, **meta: Any) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    if kind not in ("structured", "unstructured"):
+        raise DsPruneError(f"mask kind must be 'structured' or 'unstructured', not {kind!r}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.to(torch.bool).contiguous().cpu() for k, v in tensors.items()}
+    kept = int(sum(int(v.sum()) for v in tensors.values()))
+    total = int(sum(v.numel() for v in tensors.values()))
+    fd, tmp = tempfile.mkstemp(prefix=".mask.", dir=folder)
+    os.close(fd)
+    save_file(tensors, tmp)
+    os.replace(tmp, folder / MASK)
+    write_json(folder / MASK_META, {"kind": kind, "kept": kept, "total": total, **meta})
+
+
+def read_mask(folder: str | os.PathLike) -> tuple[dict, dict]:
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    if not (folder / MASK).is_file():
+        raise DsPruneError(f"mask not found: {folder / MASK}")
+    meta = read_json(folder / MASK_META, "mask metadata")
+    return load_file(str(folder / MASK)), meta
+
+
+def mlp_key(layer: int) -> str:
+    return f"mlp.{int(layer)}"
+
+
+# ---- results.json / bench.json -----------------------------------------------------------------------
+# results.json: {"model": dir, "tasks": {task: {"ndcg_at_10": x, "recall_at_100": y, ...,
+#                 "per_query": {"ndcg_at_10": {qid: v}}}}, ...}
+# bench.json:   {"model": dir, "baseline": dir, "query": {...}, "document": {...}, "params": ..., "flops": ...}
+
+def write_results(folder: str | os.PathLike, doc: dict) -> None:
+    write_json(Path(folder) / RESULTS, doc)
+
+
+def write_bench(folder: str | os.PathLike, doc: dict) -> None:
+    write_json(Path(folder) / BENCH, doc)

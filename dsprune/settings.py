@@ -1,0 +1,23 @@
+"""Where things live on this machine: read from the environment, with defaults relative to the checkout."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_dir() -> Path:
+    """The shared folder (papers, real data); ``DSPRUNE_SHARED`` overrides the default ``../shared``."""
+    return Path(os.environ.get("DSPRUNE_SHARED", REPO_ROOT.parent / "shared")).resolve()
+
+
+def data_dir(name: str = "") -> Path:
+    return shared_dir() / "data" / name if name else shared_dir() / "data"
+
+
+def cache_dir() -> Path:
+    """Cache for converted GGUF models and compiled ops; ``DSPRUNE_CACHE`` overrides it."""
+    p = Path(os.environ.get("DSPRUNE_CACHE", REPO_ROOT / ".cache"))
+    p.mkdir(parents=True, exist_ok=True)
+    return p
