@@ -1,0 +1,49 @@
+"""The thin ``dsprune`` runner: each subcommand lives in its own module and registers here by name.
+
+A command module defines ``Args`` (a dataclass, see ``config.parse_args``) and ``run(args)``; bad input
+surfaces as one ``error:`` line and exit status 2, never a half-written output.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+from .errors import DsPruneError
+
+# name -> (module, one-line help). Modules are imported only when their command runs.
+COMMANDS = {
+    "demo": ("dsprune.commands.demo", "score, drop, export and reload a real small model in minutes"),
+    "score": ("dsprune.commands.score", "EffiR layer importance (1 - cos) on calibration text"),
+    "drop": ("dsprune.commands.drop", "drop attention/MLP sub-layers or blocks and export the smaller model"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: dsprune COMMAND [--config FILE] [options]", "", "commands:"]
+    lines += [f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "dsprune COMMAND --help lists a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"error: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    from .config import parse_args
+    try:
+        args = parse_args(module.Args, rest, prog=f"dsprune {name}")
+        result = module.run(args)
+    except DsPruneError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

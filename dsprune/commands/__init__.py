@@ -1,0 +1,1 @@
+"""One module per `dsprune` subcommand: an `Args` dataclass and `run(args)`."""
