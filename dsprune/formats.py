@@ -98,6 +98,14 @@ def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> list[
     return rows
 
 
+def check_output(out: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Refuse an existing output folder before any work starts (unless overwriting)."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise DsPruneError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    return out
+
+
 @contextlib.contextmanager
 def output_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary folder that becomes ``out`` only if the block finishes.
@@ -105,9 +113,7 @@ def output_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path
     Refuses an existing ``out`` unless ``overwrite``; on error the temporary folder is removed and any
     previous ``out`` is left untouched.
     """
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise DsPruneError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    out = check_output(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:

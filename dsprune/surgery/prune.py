@@ -97,12 +97,17 @@ def count_params(module: torch.nn.Module) -> int:
 
 def export(enc: Encoder, out: str | Path, overwrite: bool = False, stage: str = "export",
            inputs: dict | None = None, config: dict | None = None, figures: dict | None = None,
-           params_before: int | None = None, **extra) -> Path:
-    """Write a loadable pruned model (weights, tokenizer, encoder config, modeling code, manifest)."""
+           params_before: int | None = None, write_extra=None, **extra) -> Path:
+    """Write a loadable pruned model (weights, tokenizer, encoder config, modeling code, manifest).
+
+    ``write_extra(folder)`` may add files (scores, plots) inside the same atomic write.
+    """
     ensure_wrapped(enc)
     params = count_params(enc.model)
     with formats.output_dir(out, overwrite) as tmp:
         enc.save(tmp)
+        if write_extra is not None:
+            write_extra(tmp)
         formats.write_manifest(tmp, stage, inputs or {}, config or {}, figures,
                                structure=structure(enc),
                                params={"before": params_before, "after": params}, **extra)

@@ -1,0 +1,79 @@
+"""`dsprune drop`: remove the least important sub-layers (EffiR §4) and export a really smaller model."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .. import formats
+from ..errors import DsPruneError
+from ..importance.drop_plan import DropRequest, plan_iterative, plan_one_shot
+from ..importance.layer_cosine import score_layers
+from ..report.heatmap import drop_order_heatmap
+from ..surgery.prune import count_params, drop_sublayers, export, num_layers, structure
+from .common import CalibArgs, ModelArgs, calibration_texts, load_encoder
+from .score import compute_scores
+
+
+@dataclass
+class Args(CalibArgs, ModelArgs):
+    out: str = field(default="out/drop", metadata={"help": "export folder"})
+    overwrite: bool = False
+    scores: str | None = field(default=None, metadata={"help": "scores.json (or its folder) from `dsprune score`;"
+                                                                " default: score here"})
+    drop_mlp: int = field(default=0, metadata={"help": "number of MLP sub-layers to drop"})
+    drop_attn: int = field(default=0, metadata={"help": "number of attention sub-layers to drop"})
+    drop_blocks: int = field(default=0, metadata={"help": "number of whole blocks to drop (by block score)"})
+    drop_last: int = field(default=0, metadata={"help": "drop the last k blocks (no scores needed)"})
+    iterative: bool = field(default=False, metadata={"help": "re-score after each single drop"})
+
+
+def run(args: Args) -> int:
+    req = DropRequest(mlp=args.drop_mlp, attn=args.drop_attn, blocks=args.drop_blocks, last=args.drop_last)
+    formats.check_output(args.out, args.overwrite)
+    scores_doc = formats.read_scores(args.scores) if args.scores else None
+    texts = None
+    if args.iterative or (scores_doc is None and (req.mlp or req.attn or req.blocks)):
+        texts = calibration_texts(args)
+    enc = load_encoder(args)
+    n = num_layers(enc)
+    before = structure(enc)
+    gone_attn, gone_mlp = set(before["drop_attn"]), set(before["drop_mlp"])
+    req.validate(n, gone_attn, gone_mlp)
+    params_before = count_params(enc.model)
+    figures: dict = {}
+    if args.iterative:
+        plan, history = plan_iterative(
+            lambda: score_layers(enc, texts, args.batch_size, args.calib_max_length, show_progress=False),
+            lambda a, m: drop_sublayers(enc, a, m), n, req, gone_attn, gone_mlp)
+        scores = history[0] if history else None
+    else:
+        if scores_doc is not None:
+            if scores_doc.get("num_layers") not in (None, n):
+                raise DsPruneError(f"{args.scores}: scores are for a {scores_doc['num_layers']}-layer model, "
+                                   f"{args.model} has {n} layers")
+            scores = {g: {int(k): v for k, v in s.items()} for g, s in scores_doc["scores"].items()}
+        elif texts is not None:
+            scores, figures = compute_scores(enc, texts, args)
+        else:  # drop_last alone needs no scores
+            scores = None
+        plan = plan_one_shot(scores or {"attn": {}, "mlp": {}, "block": {}}, n, req, gone_attn, gone_mlp)
+        drop_sublayers(enc, plan.attn, plan.mlp)
+    params_after = count_params(enc.model)
+    figures.update(params_before=params_before, params_after=params_after,
+                   param_ratio=round(params_after / params_before, 4))
+    out = Path(args.out)
+
+    def write_scores_and_plot(folder: Path) -> None:
+        if scores is not None:
+            formats.write_scores(folder, scores, model=args.model, family=enc.family, num_layers=n,
+                                 iterative=args.iterative)
+            drop_order_heatmap(scores, n, folder / "drop_order.png", chosen={"attn": plan.attn, "mlp": plan.mlp},
+                               title=f"{Path(args.model).name}: drop {req.label()} (red = dropped)")
+
+    export(enc, out, overwrite=args.overwrite, stage="drop", inputs={"model": args.model, "scores": args.scores},
+           config=asdict(args), figures=figures, params_before=params_before, write_extra=write_scores_and_plot,
+           drop=req.label(), steps=plan.steps)
+    print(f"dropped {req.label()}: attention {plan.attn or '-'}, MLP {plan.mlp or '-'}")
+    print(f"parameters {params_before:,} -> {params_after:,} ({params_after / params_before:.3f}x)")
+    print(f"export: {out}")
+    return 0

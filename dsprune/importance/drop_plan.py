@@ -1,0 +1,123 @@
+"""Which sub-layers to drop, from EffiR importance scores: one-shot, or re-scored after every drop.
+
+Counts are checked against what the model still has before anything is dropped, so an impossible request
+(``--drop-mlp 40`` on 30 layers) fails with the option named.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import DsPruneError
+from ..formats import drop_order
+
+
+@dataclass
+class DropRequest:
+    mlp: int = 0
+    attn: int = 0
+    blocks: int = 0
+    last: int = 0
+
+    def validate(self, n_layers: int, gone_attn: set[int], gone_mlp: set[int]) -> None:
+        for name, k in (("drop_mlp", self.mlp), ("drop_attn", self.attn), ("drop_blocks", self.blocks),
+                        ("drop_last", self.last)):
+            if k < 0:
+                raise DsPruneError(f"{name} must be >= 0, not {k}")
+        if self.blocks and self.last:
+            raise DsPruneError("choose drop_blocks (by importance) or drop_last, not both")
+        blocks_left = n_layers - len(gone_attn & gone_mlp)
+        if self.blocks + self.last > blocks_left:
+            raise DsPruneError(f"drop_blocks/drop_last {self.blocks + self.last} is larger than the "
+                               f"{blocks_left} blocks the model has")
+        if self.last:
+            tail = set(range(n_layers - self.last, n_layers))
+            if tail & (gone_attn & gone_mlp):
+                raise DsPruneError(f"drop_last {self.last} reaches blocks already dropped")
+        whole = self.blocks + self.last
+        attn_left = n_layers - len(gone_attn) - whole
+        mlp_left = n_layers - len(gone_mlp) - whole
+        if self.attn > attn_left:
+            raise DsPruneError(f"drop_attn {self.attn} is larger than the {max(attn_left, 0)} attention "
+                               f"sub-layers left (model: {n_layers} layers)")
+        if self.mlp > mlp_left:
+            raise DsPruneError(f"drop_mlp {self.mlp} is larger than the {max(mlp_left, 0)} MLP sub-layers "
+                               f"left (model: {n_layers} layers)")
+        if not any((self.mlp, self.attn, self.blocks, self.last)):
+            raise DsPruneError("nothing to drop: give drop_mlp, drop_attn, drop_blocks or drop_last")
+
+    def label(self) -> str:
+        parts = [f"{self.mlp}M" if self.mlp else "", f"{self.attn}A" if self.attn else "",
+                 f"{self.blocks}B" if self.blocks else "", f"last{self.last}B" if self.last else ""]
+        return "".join(p for p in parts if p) or "none"
+
+
+@dataclass
+class DropPlan:
+    attn: list[int] = field(default_factory=list)
+    mlp: list[int] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)  # in drop order: {"group", "layer", "score"}
+
+
+def plan_one_shot(scores: dict[str, dict[int, float]], n_layers: int, req: DropRequest,
+                  gone_attn: set[int] = frozenset(), gone_mlp: set[int] = frozenset()) -> DropPlan:
+    """Whole blocks first (by block score, or the last k), then attention, then MLPs by their own scores."""
+    req.validate(n_layers, set(gone_attn), set(gone_mlp))
+    plan = DropPlan()
+
+    def take(group: str, k: int, exclude: set[int]) -> list[int]:
+        order = [i for i in drop_order({str(i): v for i, v in scores[group].items()}) if i not in exclude]
+        chosen = order[:k]
+        plan.steps += [{"group": group, "layer": i, "score": scores[group][i]} for i in chosen]
+        return chosen
+
+    if req.last:
+        blocks = [i for i in range(n_layers - req.last, n_layers)]
+        plan.steps += [{"group": "block", "layer": i, "score": scores["block"].get(i)} for i in blocks]
+    else:
+        blocks = take("block", req.blocks, set(gone_attn) & set(gone_mlp))
+    attn = take("attn", req.attn, set(gone_attn) | set(blocks))
+    mlp = take("mlp", req.mlp, set(gone_mlp) | set(blocks))
+    plan.attn = sorted(set(attn) | {b for b in blocks if b not in gone_attn})
+    plan.mlp = sorted(set(mlp) | {b for b in blocks if b not in gone_mlp})
+    return plan
+
+
+def plan_iterative(rescore: Callable[[], dict[str, dict[int, float]]], drop: Callable[[list, list], None],
+                   n_layers: int, req: DropRequest, gone_attn: set[int] = frozenset(),
+                   gone_mlp: set[int] = frozenset()) -> tuple[DropPlan, list[dict]]:
+    """Drop one sub-layer at a time, re-scoring the pruned model before each choice.
+
+    Order: whole blocks, then MLPs, then attention (``drop_last`` needs no scores and goes first).
+    Returns the plan and the score history (the scores seen before each drop).
+    """
+    req.validate(n_layers, set(gone_attn), set(gone_mlp))
+    plan, history = DropPlan(), []
+    gone_attn, gone_mlp = set(gone_attn), set(gone_mlp)
+
+    def drop_new(attn: list[int], mlp: list[int]) -> tuple[list[int], list[int]]:
+        attn = [i for i in attn if i not in gone_attn]
+        mlp = [i for i in mlp if i not in gone_mlp]
+        drop(attn, mlp)
+        gone_attn.update(attn)
+        gone_mlp.update(mlp)
+        return attn, mlp
+
+    if req.last:
+        tail = list(range(n_layers - req.last, n_layers))
+        attn, mlp = drop_new(tail, tail)
+        plan.attn += attn
+        plan.mlp += mlp
+        plan.steps += [{"group": "block", "layer": i, "score": None} for i in tail]
+    for group, k in (("block", req.blocks), ("mlp", req.mlp), ("attn", req.attn)):
+        for _ in range(k):
+            scores = rescore()
+            history.append(scores)
+            layer = drop_order({str(i): v for i, v in scores[group].items()})[0]
+            attn, mlp = drop_new([layer] if group in ("block", "attn") else [],
+                                 [layer] if group in ("block", "mlp") else [])
+            plan.attn += attn
+            plan.mlp += mlp
+            plan.steps.append({"group": group, "layer": layer, "score": scores[group][layer]})
+    plan.attn, plan.mlp = sorted(plan.attn), sorted(plan.mlp)
+    return plan, history

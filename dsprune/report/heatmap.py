@@ -1,0 +1,61 @@
+"""The drop-order heat map (EffiR Figure 2a): where the redundancy sits, layer by layer."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def save_png(fig, path: str | Path) -> Path:
+    """Save a figure atomically (temporary file, then rename) and close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    fig.savefig(tmp, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def drop_order_heatmap(scores: dict[str, dict], n_layers: int, path: str | Path, title: str = "",
+                       chosen: dict[str, list[int]] | None = None) -> Path:
+    """Rows attention / MLP / block, one column per original layer; colour = importance (1 − cos),
+    number = rank in the drop order (1 = dropped first); hatched cells = chosen for dropping."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [g for g in ("attn", "mlp", "block") if g in scores]
+    grid = np.full((len(groups), n_layers), np.nan)
+    ranks = np.zeros((len(groups), n_layers), dtype=int)
+    for r, g in enumerate(groups):
+        items = sorted(((int(k), float(v)) for k, v in scores[g].items()), key=lambda kv: (kv[1], kv[0]))
+        for rank, (layer, v) in enumerate(items, 1):
+            grid[r, layer] = v
+            ranks[r, layer] = rank
+    fig, ax = plt.subplots(figsize=(max(6, 0.38 * n_layers + 2), 0.7 * len(groups) + 1.6))
+    cmap = matplotlib.colormaps["viridis"].copy()
+    cmap.set_bad("lightgrey")
+    im = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap=cmap)
+    for r in range(len(groups)):
+        for c in range(n_layers):
+            if ranks[r, c]:
+                val = grid[r, c]
+                light = np.nanmax(grid[r]) and val > np.nanmin(grid[r]) + 0.6 * np.ptp(grid[r][~np.isnan(grid[r])])
+                ax.text(c, r, str(ranks[r, c]), ha="center", va="center", fontsize=7,
+                        color="black" if light else "white")
+    if chosen:
+        for r, g in enumerate(groups):
+            for c in chosen.get(g, []):
+                ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", lw=1.6))
+    ax.set_yticks(range(len(groups)), [{"attn": "attention", "mlp": "MLP", "block": "block"}[g] for g in groups])
+    ax.set_xticks(range(n_layers), [str(i) for i in range(n_layers)], fontsize=7)
+    ax.set_xlabel("layer (original numbering)")
+    ax.set_title(title or "importance 1 − cos(x_in, x_out); numbers = drop order")
+    fig.colorbar(im, ax=ax, fraction=0.025, pad=0.01, label="1 − cos")
+    return save_png(fig, path)
