@@ -15,6 +15,10 @@ COMMANDS = {
     "demo": ("dsprune.commands.demo", "score, drop, export and reload a real small model in minutes"),
     "score": ("dsprune.commands.score", "EffiR layer importance (1 - cos) on calibration text"),
     "drop": ("dsprune.commands.drop", "drop attention/MLP sub-layers or blocks and export the smaller model"),
+    "sample": ("dsprune.commands.sample", "GAPrune representative sampling: k-means over query embeddings"),
+    "dai": ("dsprune.commands.dai", "GAPrune per-sample Fisher, gradient alignment and DAI scores"),
+    "prune": ("dsprune.commands.prune", "build a mask: dai|magnitude|fisher|random|wanda, unstructured or neurons"),
+    "export": ("dsprune.commands.export", "apply a mask (zeros or removed neurons) and export the model"),
 }
 
 
