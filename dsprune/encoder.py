@@ -98,6 +98,7 @@ class Encoder(nn.Module):
         self.model = model
         self.tokenizer = tokenizer
         self.config = config or EncoderConfig()
+        self.train(model.training)  # an nn.Module starts in training mode; follow the backbone instead
         self._setup_tokenizer()
 
     # ---- structure ---------------------------------------------------------------------------------

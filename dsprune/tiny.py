@@ -55,7 +55,7 @@ def tiny_config(family: str, vocab_size: int, layers: int = 4, hidden: int = 64,
 
 def tiny_encoder(family: str = "llama", seed: int = 0, layers: int = 4, pooling: str | None = None,
                  **cfg) -> Encoder:
-    """A random tiny model of ``family`` wrapped as an Encoder (fp32, eager-free sdpa attention)."""
+    """A random tiny model of ``family`` wrapped as an Encoder (fp32, sdpa attention, eager for BERT)."""
     from transformers import AutoModel
 
     torch.manual_seed(seed)
@@ -65,7 +65,8 @@ def tiny_encoder(family: str = "llama", seed: int = 0, layers: int = 4, pooling:
     model = AutoModel.from_config(config).eval()
     if pooling is None:
         pooling = "cls" if family == "bert" else "mean"
-    return Encoder(model, tok, EncoderConfig(pooling=pooling, max_length=64, **cfg))
+    cfg.setdefault("max_length", 64)
+    return Encoder(model, tok, EncoderConfig(pooling=pooling, **cfg))
 
 
 def save_tiny(path: str | Path, family: str = "llama", **kw) -> Path:

@@ -1,0 +1,91 @@
+"""A pruned export is really smaller, loads without dsprune, and embeds exactly like the in-memory model."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from dsprune.encoder import Encoder
+from dsprune.surgery.prune import drop_sublayers, export, slice_neurons
+from dsprune.tiny import FAMILIES, tiny_encoder
+
+
+def _pruned(family):
+    enc = tiny_encoder(family)
+    drop_sublayers(enc, attn=[1], mlp=[2])
+    keep = torch.zeros(128, dtype=torch.bool)
+    keep[::3] = True
+    slice_neurons(enc, {0: keep})
+    return enc
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_export_round_trip(family, tmp_path, texts):
+    enc = _pruned(family)
+    ref = enc.encode(texts, show_progress=False)
+    out = export(enc, tmp_path / "exp")
+    back = Encoder.load(out)
+    got = back.encode(texts, show_progress=False)
+    assert ((got - ref).norm() / ref.norm()) <= 1e-5
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["drop_attn"] == [1] and cfg["drop_mlp"] == [2]
+    assert cfg["intermediate_sizes"][0] == 43 and cfg["intermediate_sizes"][2] is None
+    assert {"AutoModel", "AutoConfig"} <= set(cfg["auto_map"])
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+        up = next(k for k in keys if (".0.mlp.up_proj" in k or ".0.intermediate.dense.weight" in k))
+        assert f.get_tensor(up).shape[0] == 43
+    assert not any(".2.mlp." in k or "layer.2.output.dense" in k for k in keys)
+
+
+FRESH = r"""
+import sys, json, torch
+from transformers import AutoModel, AutoTokenizer
+from sentence_transformers import SentenceTransformer
+path = sys.argv[1]
+m = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
+tok = AutoTokenizer.from_pretrained(path)
+st = SentenceTransformer(path, trust_remote_code=True, device="cpu")
+emb = st.encode(json.loads(sys.argv[2]), convert_to_tensor=True)
+assert not any(k.startswith("dsprune") for k in sys.modules), "dsprune was imported"
+print("RESULT " + json.dumps({"n_params": sum(p.numel() for p in m.parameters()), "emb": emb.tolist()}))
+"""
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text", "bert"])
+def test_fresh_process_loads_export_without_dsprune(family, tmp_path, texts):
+    enc = _pruned(family)
+    ref = enc.encode(texts, show_progress=False)
+    out = export(enc, tmp_path / "exp")
+    r = subprocess.run([sys.executable, "-c", FRESH, str(out), json.dumps(texts)], capture_output=True,
+                       text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout.split("RESULT ")[-1].strip())
+    assert res["n_params"] == sum(p.numel() for p in enc.model.parameters())
+    got = torch.tensor(res["emb"])
+    assert ((got - ref).norm() / ref.norm()) <= 1e-5
+
+
+def test_existing_output_is_refused_and_left_untouched(tmp_path):
+    from dsprune.errors import DsPruneError
+
+    enc = _pruned("llama")
+    out = tmp_path / "exp"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(DsPruneError, match="exists"):
+        export(enc, out)
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_failed_export_leaves_nothing(tmp_path, monkeypatch):
+    enc = _pruned("llama")
+
+    def boom(folder):
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        export(enc, tmp_path / "exp", write_extra=boom)
+    assert list(tmp_path.iterdir()) == []
