@@ -39,16 +39,19 @@ def drop_order_heatmap(scores: dict[str, dict], n_layers: int, path: str | Path,
             grid[r, layer] = v
             ranks[r, layer] = rank
     fig, ax = plt.subplots(figsize=(max(6, 0.38 * n_layers + 2), 0.7 * len(groups) + 1.6))
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad("lightgrey")
-    im = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap=cmap)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="lightgrey")
+    # Log colours: the first and last layers often score 10-100x the rest and would flatten the middle.
+    positive = grid[np.isfinite(grid) & (grid > 0)]
+    lo, hi = (positive.min(), positive.max()) if positive.size else (1e-6, 1.0)
+    norm = matplotlib.colors.LogNorm(vmin=lo, vmax=max(hi, lo * 1.0001))
+    im = ax.imshow(np.ma.masked_invalid(np.where(grid > 0, grid, np.nan if not positive.size else lo)),
+                   aspect="auto", cmap=cmap, norm=norm)
+    mid = np.sqrt(lo * hi)
     for r in range(len(groups)):
         for c in range(n_layers):
             if ranks[r, c]:
-                val = grid[r, c]
-                light = np.nanmax(grid[r]) and val > np.nanmin(grid[r]) + 0.6 * np.ptp(grid[r][~np.isnan(grid[r])])
                 ax.text(c, r, str(ranks[r, c]), ha="center", va="center", fontsize=7,
-                        color="black" if light else "white")
+                        color="black" if grid[r, c] > mid else "white")
     if chosen:
         for r, g in enumerate(groups):
             for c in chosen.get(g, []):
@@ -57,5 +60,5 @@ def drop_order_heatmap(scores: dict[str, dict], n_layers: int, path: str | Path,
     ax.set_xticks(range(n_layers), [str(i) for i in range(n_layers)], fontsize=7)
     ax.set_xlabel("layer (original numbering)")
     ax.set_title(title or "importance 1 − cos(x_in, x_out); numbers = drop order")
-    fig.colorbar(im, ax=ax, fraction=0.025, pad=0.01, label="1 − cos")
+    fig.colorbar(im, ax=ax, fraction=0.025, pad=0.01, label="1 − cos (log scale)")
     return save_png(fig, path)
