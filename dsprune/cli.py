@@ -13,12 +13,17 @@ from .errors import DsPruneError
 # name -> (module, one-line help). Modules are imported only when their command runs.
 COMMANDS = {
     "demo": ("dsprune.commands.demo", "score, drop, export and reload a real small model in minutes"),
+    "run": ("dsprune.commands.run", "run a recipe (YAML pipeline), resuming finished stages"),
     "score": ("dsprune.commands.score", "EffiR layer importance (1 - cos) on calibration text"),
     "drop": ("dsprune.commands.drop", "drop attention/MLP sub-layers or blocks and export the smaller model"),
     "sample": ("dsprune.commands.sample", "GAPrune representative sampling: k-means over query embeddings"),
     "dai": ("dsprune.commands.dai", "GAPrune per-sample Fisher, gradient alignment and DAI scores"),
     "prune": ("dsprune.commands.prune", "build a mask: dai|magnitude|fisher|random|wanda, unstructured or neurons"),
     "export": ("dsprune.commands.export", "apply a mask (zeros or removed neurons) and export the model"),
+    "eval": ("dsprune.commands.eval", "retrieval scores through mteb (NAME or NAME=BEIR_FOLDER), geometry"),
+    "bench": ("dsprune.commands.bench", "encoding speed-up vs a baseline, FLOP ratio, retrieval latency"),
+    "report": ("dsprune.commands.report", "compare results with paired bootstrap CIs; quality-vs-speed plot"),
+    "mine": ("dsprune.commands.mine", "hard negatives for a BEIR train split -> training groups (JSONL)"),
 }
 
 
@@ -39,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
+    positional = getattr(module, "POSITIONAL", None)  # e.g. `dsprune run RECIPE` == `--recipe RECIPE`
+    if positional and rest and not rest[0].startswith("-"):
+        rest = [f"--{positional}", *rest]
     from .config import parse_args
     try:
         args = parse_args(module.Args, rest, prog=f"dsprune {name}")

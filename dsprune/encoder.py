@@ -234,6 +234,9 @@ class Encoder(nn.Module):
         from transformers import AutoModel, AutoTokenizer
 
         _register_dsprune_classes()
+        from .packaged import PACKAGED, resolve
+        if str(path) in PACKAGED and not Path(path).exists():
+            path = resolve(str(path))
         path = Path(path)
         if str(path).endswith(".gguf"):
             path, gguf_file = path.parent, path.name

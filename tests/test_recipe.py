@@ -1,0 +1,60 @@
+"""Recipes run stage by stage and reuse a stage only when its inputs are unchanged."""
+import json
+
+import pytest
+
+from dsprune.errors import DsPruneError
+from dsprune.recipe import load_recipe, run_recipe
+
+
+def _recipe(tmp_path, model, calib, drop_mlp):
+    p = tmp_path / "r.yaml"
+    p.write_text(f"""
+out: {tmp_path / 'out'}
+stages:
+  - name: score
+    command: score
+    args: {{model: {model}, calib: {calib}, n_samples: 4}}
+  - name: drop
+    command: drop
+    args: {{model: {model}, scores: "${{score}}", drop_mlp: {drop_mlp}}}
+""")
+    return p
+
+
+def test_run_resume_and_rerun_on_change(tiny_dirs, tmp_path, texts):
+    calib = tmp_path / "c.txt"
+    calib.write_text("\n".join(texts))
+    r1 = run_recipe(_recipe(tmp_path, tiny_dirs["llama"], calib, 1))
+    assert [v["status"] for v in r1.values()] == ["ran", "ran"]
+    man = json.loads((tmp_path / "out" / "drop" / "manifest.json").read_text())
+    assert len(man["structure"]["drop_mlp"]) == 1
+    r2 = run_recipe(_recipe(tmp_path, tiny_dirs["llama"], calib, 1))
+    assert [v["status"] for v in r2.values()] == ["reused", "reused"]
+    r3 = run_recipe(_recipe(tmp_path, tiny_dirs["llama"], calib, 2))
+    assert [v["status"] for v in r3.values()] == ["reused", "ran"]
+    man = json.loads((tmp_path / "out" / "drop" / "manifest.json").read_text())
+    assert len(man["structure"]["drop_mlp"]) == 2
+
+
+@pytest.mark.parametrize("body,msg", [
+    ("stages: []", "non-empty 'stages'"),
+    ("stages:\n  - name: a\n    command: nosuch", "unknown command 'nosuch'"),
+    ("stages:\n  - name: a\n    command: drop\n    args: {scores: '${b}'}", "refers to ${b}"),
+    ("stages:\n  - name: a\n    command: drop\n  - name: a\n    command: score", "used twice"),
+    ("stages:\n  - name: a\n    launcher: nosuch", "no launcher"),
+])
+def test_bad_recipes(tmp_path, body, msg):
+    p = tmp_path / "r.yaml"
+    p.write_text(body)
+    with pytest.raises(DsPruneError, match=msg.replace("$", r"\$").replace("{", r"\{").replace("}", r"\}")):
+        load_recipe(p)
+
+
+def test_failed_stage_keeps_finished_ones(tiny_dirs, tmp_path, texts):
+    calib = tmp_path / "c.txt"
+    calib.write_text("\n".join(texts))
+    with pytest.raises(DsPruneError, match="stage 'drop' failed"):
+        run_recipe(_recipe(tmp_path, tiny_dirs["llama"], calib, 99))
+    assert (tmp_path / "out" / "score" / "stage.json").is_file()
+    assert not (tmp_path / "out" / "drop").exists()
