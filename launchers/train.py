@@ -1,0 +1,33 @@
+"""Contrastive training entry point: ``deepspeed --num_gpus N launchers/train.py --config FILE.yaml [--opt v]``.
+
+Also runs under ``torchrun --nproc_per_node N``, across nodes with a DeepSpeed hostfile, or as a plain
+``python launchers/train.py`` (one rank). Thin on purpose: parse the arguments, run ``dsprune.train.loop``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, when not pip-installed
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dsprune.config import parse_args
+    from dsprune.errors import DsPruneError
+    from dsprune.train.arguments import TrainArgs
+    from dsprune.train.loop import train
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # the DeepSpeed launcher appends --local_rank=N; the rank is read from the environment instead
+    argv = [a for a in argv if not a.startswith("--local_rank")]
+    try:
+        args = parse_args(TrainArgs, argv, prog="launchers/train.py")
+        train(args)
+    except DsPruneError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Small training data and a launcher runner shared by the training tests."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCHER = REPO / "launchers" / "train.py"
+BIN = Path(sys.executable).parent
+
+TOPICS = [
+    ("cell membrane transport", "the cell membrane regulates transport of ions and proteins"),
+    ("aspirin heart attack", "aspirin reduces the risk of heart attack in some patients"),
+    ("revenue growth", "revenue grew by ten percent in the fiscal year"),
+    ("net income cash flow", "the company reported net income and operating cash flow"),
+    ("dense retrieval vectors", "dense retrieval encodes queries and passages into vectors"),
+    ("pruning layers", "pruning removes redundant layers from large language models"),
+    ("gene expression embryo", "gene expression changes during development of the embryo"),
+    ("interest rates bonds", "interest rates affect bond prices and bank margins"),
+]
+
+
+def write_groups(path: Path, n: int = 64, seed: int = 0, scores: bool = True) -> Path:
+    """``n`` groups over 8 topics: the positive shares the query's topic, negatives are other topics."""
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for i in range(n):
+            t = i % len(TOPICS)
+            q, doc = TOPICS[t]
+            others = [d for j, (_, d) in enumerate(TOPICS) if j != t]
+            row = {"query": f"{q} {i % 3}", "pos": [doc, f"{doc} study {i % 5}"], "neg": others}
+            if scores:
+                row["pos_scores"] = [2.0, 1.5]
+                row["neg_scores"] = [round(rng.uniform(-1, 0.5), 3) for _ in others]
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
+def write_beir(folder: Path, split: str = "test") -> Path:
+    """A tiny BEIR folder: 8 topic documents + 12 distractors, one judged document per query."""
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    docs = [{"_id": f"d{i}", "title": "", "text": d} for i, (_, d) in enumerate(TOPICS)]
+    docs += [{"_id": f"x{i}", "title": "", "text": f"unrelated note number {i} about weather"} for i in range(12)]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": q}) + "\n"
+                                                  for i, (q, _) in enumerate(TOPICS)))
+    (folder / "qrels" / f"{split}.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(len(TOPICS))))
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e.update(OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+             TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions")),
+             PYTHONPATH=str(REPO))
+    return e
+
+
+def command(args: list[str], launcher: str = "deepspeed", ranks: int = 2) -> list[str]:
+    port = str(free_port())
+    if launcher == "deepspeed":
+        return [str(BIN / "deepspeed"), "--num_gpus", str(ranks), "--master_port", port, str(LAUNCHER), *args]
+    if launcher == "torchrun":
+        return [str(BIN / "torchrun"), "--nproc_per_node", str(ranks), "--master_port", port, str(LAUNCHER), *args]
+    return [sys.executable, str(LAUNCHER), *args]
+
+
+def launch(args: list[str], launcher: str = "deepspeed", ranks: int = 2, timeout: int = 300):
+    return subprocess.run(command(args, launcher, ranks), env=env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def launch_and_kill(args: list[str], out: Path, min_step: int, timeout: int = 300) -> int:
+    """Start a run, SIGKILL its whole process group once a checkpoint of step >= ``min_step`` exists."""
+    proc = subprocess.Popen(command(args), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    latest = out / "checkpoints" / "latest"
+    t0 = time.time()
+    try:
+        while time.time() - t0 < timeout:
+            if latest.is_file():
+                tag = latest.read_text().strip()
+                if tag.startswith("step") and int(tag[4:]) >= min_step:
+                    break
+            if proc.poll() is not None:
+                raise AssertionError("training finished before it could be killed")
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    return int(latest.read_text().strip()[4:])
+
+
+def read_log(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines() if line.strip()]
