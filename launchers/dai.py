@@ -1,0 +1,34 @@
+"""DeepSpeed entry point for GAPrune's parameter analysis (``dsprune dai`` under ZeRO-3).
+
+    deepspeed --num_gpus 2 launchers/dai.py --config recipe.yaml --deepspeed ds_configs/dai_zero3.json
+
+Every rank runs the same triplets (see ``dsprune.importance.fisher``): ZeRO-3 shards the parameters, the
+gradient partitions and the Fisher / mean-gradient accumulators, so memory per rank falls with the
+number of ranks; rank 0 writes the output. Takes exactly the options of ``dsprune dai``.
+"""
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dsprune.commands import dai
+    from dsprune.config import parse_args
+    from dsprune.errors import DsPruneError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The deepspeed launcher appends --local_rank=N; the rank comes from the environment instead.
+    argv = [a for a in argv if not a.startswith("--local_rank")]
+    try:
+        args = parse_args(dai.Args, argv, prog="launchers/dai.py")
+        if not args.deepspeed:
+            raise DsPruneError("launchers/dai.py needs --deepspeed CONFIG (a ZeRO-3 config, e.g. "
+                               "ds_configs/dai_zero3.json); for one process run `dsprune dai`")
+        return int(dai.run(args) or 0)
+    except DsPruneError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
