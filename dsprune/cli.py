@@ -24,6 +24,7 @@ COMMANDS = {
     "bench": ("dsprune.commands.bench", "encoding speed-up vs a baseline, FLOP ratio, retrieval latency"),
     "report": ("dsprune.commands.report", "compare results with paired bootstrap CIs; quality-vs-speed plot"),
     "mine": ("dsprune.commands.mine", "hard negatives for a BEIR train split -> training groups (JSONL)"),
+    "mask": ("dsprune.commands.mask", "self-slimming: rank gates globally -> structured neuron mask, width plot"),
 }
 
 
