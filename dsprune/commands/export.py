@@ -1,0 +1,49 @@
+"""``dsprune export``: apply a mask (``dsprune prune`` or self-slimming's ``dsprune mask``) and export.
+
+Unstructured masks are written as zeros inside dense weights (same shapes, no speed-up without sparse
+kernels; the manifest says ``zeros_on_disk: true``). Structured masks remove the MLP neurons, so the export
+is physically smaller and faster. The export loads with ``AutoModel.from_pretrained(dir,
+trust_remote_code=True)`` and with sentence-transformers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..errors import DsPruneError
+
+
+@dataclass
+class Args:
+    model: str = field(metadata={"help": "model to export (HF / sentence-transformers / dsprune export / .gguf)"})
+    out: str = field(metadata={"help": "output folder"})
+    mask: Optional[str] = field(default=None, metadata={"help": "mask folder (mask.safetensors + mask.json)"})
+    dtype: str = "float32"
+    device: str = "cpu"
+    overwrite: bool = False
+
+
+def run(args: Args) -> int:
+    from ..encoder import Encoder
+    from ..surgery import prune
+    from ..surgery.mask import apply_mask_dir
+
+    if args.mask is None:
+        raise DsPruneError("--mask is required (a folder written by `dsprune prune` or `dsprune mask`)")
+    enc = Encoder.load(args.model, dtype=args.dtype, device=args.device)
+    before = prune.count_params(enc.model)
+    applied = apply_mask_dir(enc, args.mask)
+    meta = applied.pop("meta")
+    mask_info = {"kind": applied["kind"], "kept": applied["kept"], "total": applied["total"],
+                 "sparsity": 1 - applied["kept"] / applied["total"], "zeros_on_disk": applied["zeros_on_disk"],
+                 "method": meta.get("method"), "note": ("unstructured mask: pruned weights are stored as zeros "
+                                                        "in dense tensors (no size or speed change)")
+                 if applied["kind"] == "unstructured" else "structured mask: pruned MLP neurons removed"}
+    prune.export(enc, args.out, args.overwrite, stage="export",
+                 inputs={"model": args.model, "mask": args.mask},
+                 config={k: v for k, v in vars(args).items() if k not in ("out", "overwrite")},
+                 figures={"params_before": before, "params_after": prune.count_params(enc.model)},
+                 params_before=before, mask=mask_info)
+    print(f"exported ({mask_info['kind']} mask, sparsity {mask_info['sparsity']:.4f}, params "
+          f"{before} -> {prune.count_params(enc.model)}) -> {args.out}")
+    return 0
