@@ -396,10 +396,9 @@ def train(args: TrainArgs, hooks: Hooks | None = None) -> dict | None:
 
 def _scalars(writer, row: dict, step: int) -> None:
     for k, v in row.items():
-        if v is None or k in ("step", "epoch"):
+        if v is None or k in ("step", "epoch") or k.startswith("eval_"):  # eval scalars: written by run_eval
             continue
-        tag = ("loss/" + k[5:] if k.startswith("loss_") else "loss/total" if k == "loss" else
-               "eval/" + k[5:] if k.startswith("eval_") else "train/" + k)
+        tag = "loss/" + k[5:] if k.startswith("loss_") else "loss/total" if k == "loss" else "train/" + k
         writer.add_scalar(tag, v, step)
     writer.flush()
 
