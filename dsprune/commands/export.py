@@ -8,6 +8,7 @@ trust_remote_code=True)`` and with sentence-transformers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from ..errors import DsPruneError
@@ -30,6 +31,8 @@ def run(args: Args) -> int:
 
     if args.mask is None:
         raise DsPruneError("--mask is required (a folder written by `dsprune prune` or `dsprune mask`)")
+    if Path(args.out).exists() and not args.overwrite:  # fail before loading anything
+        raise DsPruneError(f"output folder exists: {args.out} (pass --overwrite to replace it)")
     enc = Encoder.load(args.model, dtype=args.dtype, device=args.device)
     before = prune.count_params(enc.model)
     applied = apply_mask_dir(enc, args.mask)

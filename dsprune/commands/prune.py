@@ -7,6 +7,7 @@ All methods share one path: per-weight scores -> ``budget.keep_top`` (or, with `
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from .. import formats
@@ -95,6 +96,8 @@ def run(args: Args) -> int:
         raise DsPruneError("--structured removes MLP neurons; --attention applies to unstructured masks only")
     if args.structured and args.scope == "row":
         raise DsPruneError("--scope row is for unstructured masks; use global or layer with --structured")
+    if Path(args.out).exists() and not args.overwrite:  # fail before loading anything
+        raise DsPruneError(f"output folder exists: {args.out} (pass --overwrite to replace it)")
     enc = Encoder.load(args.model, dtype=args.dtype, device=args.device)
     weights = target_weights(enc, attention=args.attention)
     scores = scores_for(args, enc, weights)
