@@ -28,15 +28,24 @@ def _nearest(x: torch.Tensor, c: torch.Tensor, chunk: int = 4096) -> tuple[torch
 
 
 def kmeans(x: torch.Tensor, k: int, iters: int = 20, seed: int = 0, show_progress: bool = True) -> torch.Tensor:
-    """Lloyd's k-means from k distinct seeded items; returns the [k, d] centroids. Empty clusters are re-seeded
+    """Lloyd's k-means with k-means++ seeding; returns the [k, d] centroids. Empty clusters are re-seeded
     with the point farthest from its centroid, so all k centroids stay in use."""
     x = x.float()
     n = x.shape[0]
     if not 1 <= k <= n:
         raise DsPruneError(f"k-means needs 1 <= k <= n items, got k={k}, n={n}")
     g = torch.Generator().manual_seed(seed)
-    # Forgy initialisation: k distinct items, seeded (k-means++ costs k passes over the data; k is 5,000)
-    c = x[torch.randperm(n, generator=g)[:k]].clone()
+    # k-means++ seeding (Arthur & Vassilvitskii, 2007): random starts can put two centroids in one cluster
+    # and leave another without; k-means++ costs k passes over the data, fine for tens of thousands.
+    first = int(torch.randint(n, (1,), generator=g))
+    chosen = [first]
+    d2 = ((x - x[first]) ** 2).sum(1)
+    for _ in tqdm(range(1, k), desc="k-means++ seeding", disable=not show_progress or k < 100, leave=False):
+        total = float(d2.sum())
+        j = int(torch.multinomial(d2, 1, generator=g)) if total > 0 else int(torch.randint(n, (1,), generator=g))
+        chosen.append(j)
+        d2 = torch.minimum(d2, ((x - x[j]) ** 2).sum(1))
+    c = x[chosen].clone()
     for _ in tqdm(range(iters), desc="k-means", disable=not show_progress, leave=False):
         assign, dist = _nearest(x, c)
         sums = torch.zeros_like(c).index_add_(0, assign, x)
