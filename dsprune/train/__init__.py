@@ -1,0 +1,11 @@
+"""Contrastive fine-tuning on DeepSpeed: the loop that training, self-slimming and retraining share.
+
+    deepspeed --num_gpus 2 launchers/train.py --config train.yaml [--option value ...]
+    torchrun --nproc_per_node 2 launchers/train.py --config train.yaml
+    deepspeed --hostfile hosts --num_nodes 2 --num_gpus 8 launchers/train.py --config train.yaml
+
+``arguments`` (options), ``data`` (groups, deterministic schedule, collator through ``Encoder.tokenize``),
+``loop`` (engine loop with ``Hooks``), ``lora`` (attach / merge), ``mine`` (hard negatives), ``evaluate``
+(in-training nDCG@10). A run folder holds ``checkpoints/``, ``tensorboard/``, ``log.jsonl``,
+``train_args.json``, ``adapter/`` (LoRA), ``model/`` (a dsprune export) and ``manifest.json``.
+"""
