@@ -4,7 +4,8 @@
 
 Every rank runs the same triplets (see ``dsprune.importance.fisher``): ZeRO-3 shards the parameters, the
 gradient partitions and the Fisher / mean-gradient accumulators, so memory per rank falls with the
-number of ranks; rank 0 writes the output. Takes exactly the options of ``dsprune dai``.
+number of ranks; rank 0 writes the output. Takes the options of ``dsprune dai`` (``--output_dir`` is
+accepted for ``--out``, so a recipe's launcher stage works unchanged).
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # The deepspeed launcher appends --local_rank=N; the rank comes from the environment instead.
     argv = [a for a in argv if not a.startswith("--local_rank")]
+    # Launcher stages of a recipe name their folder --output_dir (as launchers/train.py does).
+    argv = ["--out" if a == "--output_dir" else a for a in argv]
     try:
         args = parse_args(dai.Args, argv, prog="launchers/dai.py")
         if not args.deepspeed:

@@ -56,7 +56,7 @@ def run(args: Args) -> int:
 
     from ..encoder import Encoder
     from ..importance import dai as D
-    from ..importance.fisher import LocalRunner, ZeroRunner, accumulate, peak_rss_bytes
+    from ..importance.fisher import LocalRunner, ZeroRunner, accumulate, current_rss_bytes, peak_rss_bytes
     from ..importance.triplets import load_triplets
     from ..surgery.mask import target_weights
     from ..surgery.prune import count_params
@@ -70,6 +70,7 @@ def run(args: Args) -> int:
     # Data first: bad triplet files fail before any model is loaded.
     gen = _subset(load_triplets(args.general, args.seed), args.max_triplets, args.seed)
     dom = _subset(load_triplets(args.domain, args.seed), args.max_triplets, args.seed)
+    rss_before = current_rss_bytes()
     ds_config = None
     if args.deepspeed:
         ds_config = formats.read_json(args.deepspeed, "DeepSpeed config")
@@ -119,7 +120,7 @@ def run(args: Args) -> int:
                                  .abs().flatten() for n in params])
         mag_term = torch.cat([(args.gamma * runner.local_theta(n).abs().sqrt()).flatten() for n in params])
         sums = runner.allreduce(torch.stack([fisher_term.double().sum(), mag_term.double().sum()]))
-        rss = runner.gather_objects(peak_rss_bytes())
+        rss = runner.gather_objects((peak_rss_bytes(), rss_before))
         if runner.is_main:
             figures.update({
                 "n_general": s_gen.n, "n_domain": s_dom.n,
@@ -129,8 +130,10 @@ def run(args: Args) -> int:
                                           for p in params.values())),
                 "model_fp32_bytes": model_fp32_bytes,
                 "world_size": runner.world_size,
-                "peak_rss_bytes_per_rank": rss,
-                "peak_rss_over_model_fp32": [r / model_fp32_bytes for r in rss],
+                "peak_rss_bytes_per_rank": [r for r, _ in rss],
+                "rss_before_model_bytes_per_rank": [b for _, b in rss],
+                "peak_rss_over_model_fp32": [round(r / model_fp32_bytes, 3) for r, _ in rss],
+                "peak_rss_above_libraries_over_model_fp32": [round((r - b) / model_fp32_bytes, 3) for r, b in rss],
             })
             config = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")}
             formats.write_manifest(tmp, "dai", {"model": args.model, "general": list(args.general),
@@ -141,6 +144,7 @@ def run(args: Args) -> int:
     if runner.is_main:
         print(json.dumps({k: figures[k] for k in ("n_general", "n_domain", "loss_general", "loss_domain",
                                                   "mean_abs_fisher_term_over_magnitude_term",
-                                                  "peak_rss_over_model_fp32")}, indent=1))
+                                                  "peak_rss_over_model_fp32",
+                                                  "peak_rss_above_libraries_over_model_fp32")}, indent=1))
         print(f"DAI scores for {len(params)} weights -> {args.out}")
     return 0

@@ -25,7 +25,8 @@ optimizer's fp32 copy of the scored partitions t·P/W, four accumulators 4·t·P
 and the activations of one triplet — about (1 + 6t)·P/W; for the DAI output one more t·P/W per rank, and
 rank 0 gathers one statistic (t·P) at a time to write it. In one process (``LocalRunner``): parameters P,
 their gradients t·P, four accumulators 4t·P — about (1 + 5t)·P, (1 + 6t)·P while DAI is computed.
-``dsprune dai`` records the measured peak RSS per rank beside P in its manifest.
+``dsprune dai`` records the measured peak RSS per rank beside P in its manifest, and the peak minus the
+RSS before the model was loaded (the libraries' share, ~0.5 GB here) as a multiple of P.
 """
 from __future__ import annotations
 
@@ -201,3 +202,12 @@ def accumulate(runner: LocalRunner, triplets: list[Triplet], temperature: float 
 def peak_rss_bytes() -> int:
     """This process's peak resident set size (Linux reports KiB)."""
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def current_rss_bytes() -> int:
+    """This process's resident set size now (the libraries' share, before a model is loaded)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+    except OSError:
+        return peak_rss_bytes()
