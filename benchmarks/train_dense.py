@@ -98,12 +98,13 @@ def main() -> int:
     scaled = {"group_size": f"{a.group_size} (paper: 8 = 1 positive + 7 negatives)",
               "passage_max_length": f"{a.passage_max_length} tokens (SciFact abstracts are longer)",
               "examples": f"{len(rows)} groups, one epoch ({a.scifact_groups} SciFact + {a.msmarco_groups} MS MARCO)",
-              "ranks": "2 CPU ranks, 1 thread each, gloo, ZeRO-2, fp32",
+              "ranks": "2 CPU ranks, 1 thread each, gloo, ZeRO-2, fp32, gradient checkpointing "
+                       "(without it a rank peaked at 12 GB and was OOM-killed)",
               "model": "SmolLM2-135M-Instruct Q4_1 GGUF dequantised to fp32, standing in for a base LM"}
     cfg = {"model": str(gguf), "train_data": [str(train_file)], "group_size": a.group_size,
            "per_device_batch_size": a.per_device_batch, "query_max_length": a.query_max_length,
            "passage_max_length": a.passage_max_length, "learning_rate": a.lr, "warmup_steps": 3,
-           "num_epochs": 1, "seed": a.seed, "save_steps": 8, "deepspeed": "ds_configs/zero2.json",
+           "num_epochs": 1, "seed": a.seed, "save_steps": 8, "gradient_checkpointing": True, "deepspeed": "ds_configs/zero2.json",
            "encoder": {"pooling": "mean", "normalize": True, "max_length": a.eval_max_length},
            "lora": True, "lora_r": 32, "lora_alpha": 64, "temperature": 0.02, "cross_rank_negatives": True,
            "output_dir": str(out / "run"), "scaled_settings": scaled}

@@ -1,8 +1,8 @@
 """The real launcher (`deepspeed --num_gpus 2 launchers/train.py`, gloo, 2 CPU ranks) on a tiny Llama.
 
-Runs are module-scoped and shared by the tests: ZeRO-2 + LoRA + KL from data scores + eval; ZeRO-3
-full-parameter; the same ZeRO-3 run killed after a checkpoint and resumed; torchrun without cross-rank
-negatives, distilling from the starting model itself.
+Runs are module-scoped and shared by the tests: ZeRO-2 full-parameter + KL from data scores + eval;
+ZeRO-3 + LoRA; the same ZeRO-3 run killed after a checkpoint and resumed; torchrun without cross-rank
+negatives, distilling from the starting model itself, with gradient checkpointing.
 """
 import json
 import math
@@ -41,13 +41,13 @@ def _ok(proc):
 def run_z2(setup):
     out = setup["root"] / "z2"
     _ok(launch(["--config", str(setup["cfg"]), "--deepspeed", "ds_configs/zero2.json", "--output_dir", str(out),
-                "--max_steps", "12", "--save_steps", "4", "--kl_weight", "0.5", "--eval_task", str(setup["beir"]),
+                "--lora", "false", "--learning_rate", "0.0003", "--max_steps", "12", "--save_steps", "4", "--kl_weight", "0.5", "--eval_task", str(setup["beir"]),
                 "--eval_steps", "6"]))
     return out
 
 
-Z3_ARGS = ["--deepspeed", "ds_configs/zero3.json", "--deepspeed_overrides", Z3_OVERRIDES, "--lora", "false",
-           "--learning_rate", "0.0003", "--max_steps", "16", "--save_steps", "4"]
+Z3_ARGS = ["--deepspeed", "ds_configs/zero3.json", "--deepspeed_overrides", Z3_OVERRIDES,
+           "--max_steps", "16", "--save_steps", "4"]
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,8 @@ def run_z3_resumed(setup):
 def run_local(setup):
     out = setup["root"] / "local"
     _ok(launch(["--config", str(setup["cfg"]), "--output_dir", str(out), "--max_steps", "3",
-                "--cross_rank_negatives", "false", "--teacher", "self", "--kl_weight", "1.0", "--export", "false"],
+                "--cross_rank_negatives", "false", "--teacher", "self", "--kl_weight", "1.0", "--export", "false",
+                "--gradient_checkpointing", "true"],
                launcher="torchrun"))
     return out
 
@@ -81,7 +82,7 @@ def _falls(rows, key="loss_infonce"):
     assert last < 0.6 * first, (first, last)
 
 
-def test_zero2_lora_trains_and_exports(run_z2, setup):
+def test_zero2_full_parameter_trains_and_exports(run_z2, setup):
     rows = read_log(run_z2)
     assert [r["step"] for r in rows] == list(range(1, 13))
     _falls(rows)
@@ -90,29 +91,30 @@ def test_zero2_lora_trains_and_exports(run_z2, setup):
     assert man["deepspeed_config"]["zero_optimization"]["stage"] == 2
     assert man["world_size"] == RANKS and man["global_batch"] == PER_DEVICE * RANKS
     assert man["figures"]["steps"] == 12 and man["figures"]["tokens_per_s"] > 0
-    assert man["params"]["trainable"] < man["params"]["total"] / 2  # LoRA only
+    assert man["params"]["trainable"] == man["params"]["total"]
     enc = Encoder.load(run_z2 / "model")
     assert type(enc.model).__name__ == "DsPruneModel"
-    assert not any("lora" in n for n, _ in enc.named_parameters())
-    start = Encoder.load(setup["model"])
-    texts = ["aspirin heart attack", "interest rates affect bond prices"]
-    assert not torch.allclose(enc.encode(texts, show_progress=False), start.encode(texts, show_progress=False),
-                              atol=1e-4)
+    trained = dict(enc.backbone.named_parameters())
+    start = dict(Encoder.load(setup["model"]).backbone.named_parameters())
+    assert all(not torch.equal(start[n], trained[n]) for n in start)  # every parameter trained
 
 
-def test_zero3_full_parameter_trains(run_z3, setup):
+def test_zero3_lora_trains_and_exports_merged(run_z3, setup):
     rows = read_log(run_z3)
     assert len(rows) == 16
     _falls(rows)
     man = json.loads((run_z3 / "manifest.json").read_text())
     zo = man["deepspeed_config"]["zero_optimization"]
     assert zo["stage"] == 3 and zo["stage3_param_persistence_threshold"] == 0
-    assert man["params"]["trainable"] == man["params"]["total"]
-    # every parameter moved, so the gathered export holds the trained (not the initial) ZeRO-3 shards
-    trained = dict(Encoder.load(run_z3 / "model").backbone.named_parameters())
-    start = dict(Encoder.load(setup["model"]).backbone.named_parameters())
-    moved = [n for n in start if not torch.equal(start[n], trained[n])]
-    assert len(moved) == len(start)
+    assert man["params"]["trainable"] < man["params"]["total"] / 2  # adapters only
+    enc = Encoder.load(run_z3 / "model")
+    assert type(enc.model).__name__ == "DsPruneModel"
+    assert not any("lora" in n for n, _ in enc.named_parameters())
+    # the gathered ZeRO-3 shards carry the training: merged weights differ from the starting model's
+    start = Encoder.load(setup["model"])
+    texts = ["aspirin heart attack", "interest rates affect bond prices"]
+    assert not torch.allclose(enc.encode(texts, show_progress=False), start.encode(texts, show_progress=False),
+                              atol=1e-4)
 
 
 def test_killed_run_resumes_with_same_losses(run_z3, run_z3_resumed):
@@ -168,12 +170,12 @@ def test_self_distillation_starts_at_zero(run_local):
     assert rows[-1]["loss_kl"] > 1e-4
 
 
-def test_lora_adapter_merge_preserves_embeddings(run_z2, setup):
+def test_lora_adapter_merge_preserves_embeddings(run_z3, setup):
     from peft import PeftModel
 
-    merged = Encoder.load(run_z2 / "model")
+    merged = Encoder.load(run_z3 / "model")
     base = Encoder.load(setup["model"])
-    base.model = PeftModel.from_pretrained(base.model, str(run_z2 / "adapter"))
+    base.model = PeftModel.from_pretrained(base.model, str(run_z3 / "adapter"))
     texts = ["gene expression embryo", "pruning removes redundant layers", "bank margins"]
     for kind in ("query", "passage"):
         a = base.encode(texts, kind, show_progress=False)

@@ -62,6 +62,8 @@ class TrainingArgs:
     warmup_steps: int = 0
     lr_scheduler: str = field(default="linear", metadata={"help": "linear (decay to 0) | constant"})
     max_grad_norm: float = 1.0
+    gradient_checkpointing: bool = field(default=False, metadata={
+        "help": "recompute layer activations in backward: far less memory for ~30% more compute"})
     max_steps: int = field(default=0, metadata={"help": "optimizer steps (0 = num_epochs over the data)"})
     num_epochs: float = 1.0
     seed: int = 42

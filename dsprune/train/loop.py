@@ -248,6 +248,8 @@ def train(args: TrainArgs, hooks: Hooks | None = None) -> dict | None:
     dist.barrier()
 
     enc = load_student(args, device, hooks)
+    if args.gradient_checkpointing:
+        enc.backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     teacher = None
     if args.kl_weight > 0 and args.teacher:
         teacher = (load_student(args, device, hooks, attach_lora=False) if args.teacher == "self"
