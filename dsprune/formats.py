@@ -22,6 +22,7 @@ MANIFEST = "manifest.json"
 SCORES = "scores.json"
 MASK = "mask.safetensors"
 MASK_META = "mask.json"
+MASK_SCALE = "mask_scale.safetensors"
 RESULTS = "results.json"
 BENCH = "bench.json"
 ENCODER_CONFIG = "dsprune_encoder.json"
@@ -191,6 +192,8 @@ def read_scores(path: str | os.PathLike) -> dict:
 #   structured:   "mlp.<layer>" -> bool[intermediate] (neurons kept), layer = original index
 #   unstructured: "<parameter name>" -> bool[shape of the weight] (weights kept)
 # mask.json: {"kind": "structured"|"unstructured", "method": ..., "ratio": r, "kept": n, "total": N, ...}
+# mask_scale.safetensors (optional, structured only): "mlp.<layer>" -> float[intermediate], a value per
+#   neuron folded into the weights before the masked neurons are removed (self-slimming's gate values).
 
 def write_mask(folder: str | os.PathLike, tensors: dict[str, Any], kind: str, **meta: Any) -> None:
     import torch
@@ -218,6 +221,25 @@ def read_mask(folder: str | os.PathLike) -> tuple[dict, dict]:
         raise DsPruneError(f"mask not found: {folder / MASK}")
     meta = read_json(folder / MASK_META, "mask metadata")
     return load_file(str(folder / MASK)), meta
+
+
+def write_mask_scale(folder: str | os.PathLike, tensors: dict[str, Any]) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    fd, tmp = tempfile.mkstemp(prefix=".mask_scale.", dir=folder)
+    os.close(fd)
+    save_file({k: v.to(torch.float32).contiguous().cpu() for k, v in tensors.items()}, tmp)
+    os.replace(tmp, folder / MASK_SCALE)
+
+
+def read_mask_scale(folder: str | os.PathLike) -> dict | None:
+    """The optional per-neuron values stored beside a structured mask (None when there are none)."""
+    from safetensors.torch import load_file
+
+    path = Path(folder) / MASK_SCALE
+    return load_file(str(path)) if path.is_file() else None
 
 
 def mlp_key(layer: int) -> str:
