@@ -102,8 +102,13 @@ def check_unstructured(enc: Encoder, tensors: dict[str, torch.Tensor], where: st
     return out
 
 
-def apply_mask(enc: Encoder, tensors: dict[str, torch.Tensor], kind: str, where: str = "mask") -> dict:
-    """Apply a mask to ``enc`` in place; returns what changed (kept/total, structure)."""
+def apply_mask(enc: Encoder, tensors: dict[str, torch.Tensor], kind: str, where: str = "mask",
+               scale: dict[str, torch.Tensor] | None = None) -> dict:
+    """Apply a mask to ``enc`` in place; returns what changed (kept/total, structure).
+
+    ``scale`` (structured only, same keys, one value per neuron — e.g. self-slimming's gate values) is
+    folded into the weights before the masked neurons are removed (``gates.fold_values``).
+    """
     if kind == "unstructured":
         params = check_unstructured(enc, tensors, where)
         with torch.no_grad():
@@ -120,17 +125,27 @@ def apply_mask(enc: Encoder, tensors: dict[str, torch.Tensor], kind: str, where:
                 raise DsPruneError(f"{where}: structured mask key {key!r} is not of the form 'mlp.<layer>'")
             keep[int(parts[1])] = m.to(torch.bool).flatten()
         from .prune import slice_neurons, structure
+        if scale:
+            from .gates import fold_values
+            unknown = sorted(set(scale) - set(tensors))
+            if unknown:
+                raise DsPruneError(f"{where}: scale key {unknown[0]!r} has no mask entry")
+            fold_values(enc, {int(k.split(".")[1]): v for k, v in scale.items()})
         slice_neurons(enc, keep)
         kept = sum(int(m.sum()) for m in keep.values())
         total = sum(m.numel() for m in keep.values())
-        return {"kind": kind, "kept": kept, "total": total, "zeros_on_disk": False, "structure": structure(enc)}
+        return {"kind": kind, "kept": kept, "total": total, "zeros_on_disk": False, "scaled": bool(scale),
+                "structure": structure(enc)}
     raise DsPruneError(f"{where}: mask kind must be 'structured' or 'unstructured', not {kind!r}")
 
 
 def apply_mask_dir(enc: Encoder, folder: str | Path) -> dict:
     tensors, meta = formats.read_mask(folder)
     kind = meta.get("kind")
-    return {**apply_mask(enc, tensors, kind, where=str(Path(folder) / formats.MASK)), "meta": meta}
+    scale = formats.read_mask_scale(folder)
+    if scale is not None and kind != "structured":
+        raise DsPruneError(f"{Path(folder) / formats.MASK_SCALE}: per-neuron values need a structured mask")
+    return {**apply_mask(enc, tensors, kind, where=str(Path(folder) / formats.MASK), scale=scale), "meta": meta}
 
 
 # ---- hold during retraining ------------------------------------------------------------------------------
@@ -234,6 +249,12 @@ class MaskHolder:
             delta = None
             for a in mod.active_adapters:
                 if a in mod.lora_A:
+                    if mod.lora_A[a].weight.numel() == 0 or mod.lora_B[a].weight.numel() == 0:
+                        # ZeRO-3 released the adapter after its own forward: ΔW cannot be formed here
+                        raise DsPruneError(
+                            "masking LoRA deltas needs the adapter weights gathered: under ZeRO-3 keep them "
+                            "persistent (stage3_param_persistence_threshold above lora_r x hidden size) or "
+                            "use ZeRO-2")
                     d = mod.get_delta_weight(a)
                     delta = d if delta is None else delta + d
             if delta is None:
