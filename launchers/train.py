@@ -14,15 +14,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, wh
 def main(argv: list[str] | None = None) -> int:
     from dsprune.config import parse_args
     from dsprune.errors import DsPruneError
-    from dsprune.train.arguments import TrainArgs
     from dsprune.train.loop import train
+    from dsprune.train.slim import StageArgs, stage_hooks  # --mode train|slim, --mask (issue 5)
 
     argv = list(sys.argv[1:] if argv is None else argv)
     # the DeepSpeed launcher appends --local_rank=N; the rank is read from the environment instead
     argv = [a for a in argv if not a.startswith("--local_rank")]
     try:
-        args = parse_args(TrainArgs, argv, prog="launchers/train.py")
-        train(args)
+        args = parse_args(StageArgs, argv, prog="launchers/train.py")
+        train(args, stage_hooks(args))
     except DsPruneError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
