@@ -144,6 +144,22 @@ def test_dai_command_writes_eq5_of_its_statistics(tmp_path, tiny_dirs):
     man = formats.read_manifest(out)
     assert man["figures"]["n_general"] == 3 and man["figures"]["n_domain"] == 3
     assert man["figures"]["model_fp32_bytes"] > 0 and len(man["figures"]["peak_rss_bytes_per_rank"]) == 1
+    # --fisher_scale balanced: both Fisher terms scaled by one constant so |Fisher term| and γ√|θ| balance
+    out_b = tmp_path / "dai_balanced"
+    assert main(["dai", "--model", str(tiny_dirs["qwen3"]), "--general", str(gen), "--domain", str(dom),
+                 "--out", str(out_b), "--alpha", "0.3", "--gamma", "0.1", "--fisher_scale", "balanced"]) == 0
+    fig = formats.read_manifest(out_b)["figures"]
+    c = fig["fisher_scale_applied"]
+    assert c == pytest.approx(1 / man["figures"]["mean_abs_fisher_term_over_magnitude_term"], rel=1e-5)
+    fisher_sum = sum(float(((stats["fisher_dom"][n] - stats["fisher_gen"][n]) * w.abs()).abs().sum())
+                     for n, w in weights.items())
+    mag_sum = sum(float((0.1 * w.abs().sqrt()).sum()) for w in weights.values())
+    assert c * fisher_sum == pytest.approx(mag_sum, rel=1e-4)
+    dai_b = load_file(str(out_b / D.STAT_FILES["dai"]))
+    for n, w in weights.items():
+        want = D.dai_score(c * stats["fisher_dom"][n], c * stats["fisher_gen"][n], w, stats["alignment"][n],
+                           0.3, 1.0, 0.1)
+        assert torch.allclose(dai_b[n], want, rtol=1e-4, atol=1e-7)
     # refuses to overwrite
     assert main(["dai", "--model", str(tiny_dirs["qwen3"]), "--general", str(gen), "--domain", str(dom),
                  "--out", str(out)]) == 2

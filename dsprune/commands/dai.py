@@ -27,6 +27,8 @@ class Args:
     alignment: str = field(default="consistency", metadata={"help": "consistency | sign (paper-literal) | tensor"})
     variant: str = field(default="paper", metadata={"help": "paper (Eq. 5) | reference (softplus, clamped)"})
     eps: float = 1e-8
+    fisher_scale: str = field(default="1", metadata={"help": "multiply both Fisher terms by this (1 = paper), "
+                                                             "or 'balanced': mean |Fisher term| = mean γ√|θ|"})
     temperature: float = field(default=0.02, metadata={"help": "InfoNCE temperature"})
     attention: bool = field(default=False, metadata={"help": "score attention projections too (MLP always)"})
     max_triplets: int = field(default=0, metadata={"help": "use at most this many triplets per dataset "
@@ -50,6 +52,18 @@ def _subset(triplets: list, n: int, seed: int) -> list:
     return triplets
 
 
+def _summary(tensors) -> dict:
+    """mean/min/max and sign fractions of a statistic, streamed tensor by tensor (no full-size copy)."""
+    total, n, lo, hi, neg, pos = 0.0, 0, float("inf"), float("-inf"), 0, 0
+    for t in tensors:
+        total += float(t.double().sum())
+        n += t.numel()
+        lo, hi = min(lo, float(t.min())), max(hi, float(t.max()))
+        neg += int((t < 0).sum())
+        pos += int((t > 0).sum())
+    return {"mean": total / n, "min": lo, "max": hi, "negative_fraction": neg / n, "positive_fraction": pos / n}
+
+
 def run(args: Args) -> int:
     import torch
     from safetensors.torch import save_file
@@ -65,6 +79,11 @@ def run(args: Args) -> int:
         raise DsPruneError(f"--alignment must be one of {', '.join(D.ALIGNMENTS)}, not {args.alignment!r}")
     if args.variant not in D.VARIANTS:
         raise DsPruneError(f"--variant must be one of {', '.join(D.VARIANTS)}, not {args.variant!r}")
+    if args.fisher_scale != "balanced":
+        try:
+            float(args.fisher_scale)
+        except ValueError:
+            raise DsPruneError(f"--fisher_scale must be a number or 'balanced', not {args.fisher_scale!r}") from None
     if Path(args.out).exists() and not args.overwrite:
         raise DsPruneError(f"output folder exists: {args.out} (pass --overwrite to replace it)")
     # Data first: bad triplet files fail before any model is loaded.
@@ -90,11 +109,22 @@ def run(args: Args) -> int:
 
     s_gen = accumulate(runner, gen, args.temperature, "general: per-sample gradients")
     s_dom = accumulate(runner, dom, args.temperature, "domain: per-sample gradients")
+    # How much of DAI the Fisher term carries against the magnitude term: on real models F is tiny and
+    # Eq. 5 is then magnitude modulated by alignment. --fisher_scale balanced rescales F (both datasets by
+    # one constant) so the two terms have equal mean size; the default 1 is the paper.
+    sums = torch.zeros(2, dtype=torch.float64)
+    for n in params:
+        th = runner.local_theta(n).abs()
+        sums[0] += ((s_dom.fisher[n] - args.beta * s_gen.fisher[n]) * th).abs().double().sum()
+        sums[1] += (args.gamma * th.sqrt()).double().sum()
+    sums = runner.allreduce(sums)
+    ratio = float(sums[0] / sums[1]) if sums[1] > 0 else None
+    scale = (1.0 / ratio if ratio else 1.0) if args.fisher_scale == "balanced" else float(args.fisher_scale)
     align, dai = {}, {}
     for n in params:
         align[n] = D.alignment(s_gen.grad[n], s_dom.grad[n], s_gen.fisher[n], s_dom.fisher[n],
                                args.alignment, args.eps, runner.allreduce)
-        dai[n] = D.dai_score(s_dom.fisher[n], s_gen.fisher[n], runner.local_theta(n), align[n],
+        dai[n] = D.dai_score(scale * s_dom.fisher[n], scale * s_gen.fisher[n], runner.local_theta(n), align[n],
                              args.alpha, args.beta, args.gamma, args.variant)
 
     # Gather one statistic at a time (rank 0 holds at most one full statistic) and write it.
@@ -108,24 +138,15 @@ def run(args: Args) -> int:
             full = {n: runner.gather(n, local[n]).contiguous() for n in params}
             if runner.is_main:
                 save_file(full, str(tmp / D.STAT_FILES[stat]))
-                flat = torch.cat([t.flatten() for t in full.values()])
-                figures[stat] = {"mean": float(flat.mean()), "min": float(flat.min()), "max": float(flat.max())}
-                if stat == "dai":
-                    figures["dai"]["negative_fraction"] = float((flat < 0).float().mean())
-                if stat == "alignment":
-                    figures["alignment"]["positive_fraction"] = float((flat > 0).float().mean())
+                figures[stat] = _summary(full.values())
             del full
-        # How much of DAI the Fisher term carries versus the magnitude term (the scale matters: F is tiny).
-        fisher_term = torch.cat([((s_dom.fisher[n] - args.beta * s_gen.fisher[n]) * runner.local_theta(n).abs())
-                                 .abs().flatten() for n in params])
-        mag_term = torch.cat([(args.gamma * runner.local_theta(n).abs().sqrt()).flatten() for n in params])
-        sums = runner.allreduce(torch.stack([fisher_term.double().sum(), mag_term.double().sum()]))
         rss = runner.gather_objects((peak_rss_bytes(), rss_before))
         if runner.is_main:
             figures.update({
                 "n_general": s_gen.n, "n_domain": s_dom.n,
                 "loss_general": s_gen.loss, "loss_domain": s_dom.loss,
-                "mean_abs_fisher_term_over_magnitude_term": float(sums[0] / sums[1]) if sums[1] > 0 else None,
+                "mean_abs_fisher_term_over_magnitude_term": ratio,
+                "fisher_scale_applied": scale,
                 "scored_weights": int(sum(p.numel() if not hasattr(p, "ds_numel") else p.ds_numel
                                           for p in params.values())),
                 "model_fp32_bytes": model_fp32_bytes,

@@ -20,13 +20,17 @@ in fp32 whatever the model's dtype. Two runners read the gradients:
   after each sample resets the gradient partitions without moving a weight.
 
 Peak memory per rank, with P = the model's fp32 bytes, t = the scored fraction of the parameters (MLP
-matrices ≈ 0.6–0.7 of a decoder LLM) and W ranks: parameters P/W, gradient partitions t·P/W, the
-optimizer's fp32 copy of the scored partitions t·P/W, four accumulators 4·t·P/W, plus one gathered layer
-and the activations of one triplet — about (1 + 6t)·P/W; for the DAI output one more t·P/W per rank, and
-rank 0 gathers one statistic (t·P) at a time to write it. In one process (``LocalRunner``): parameters P,
-their gradients t·P, four accumulators 4t·P — about (1 + 5t)·P, (1 + 6t)·P while DAI is computed.
+matrices: 0.59 of SmolLM2-135M, ≈0.65 of a 7B decoder) and W ranks:
+  * ``ZeroRunner``: parameters P/W, gradient partitions t·P/W, the optimizer's fp32 copy of the scored
+    partitions t·P/W, four accumulators 4t·P/W, alignment and DAI 2t·P/W — (1 + 8t)·P/W — plus one
+    gathered layer and one triplet's activations. Each rank also holds the whole model once while
+    DeepSpeed partitions it at start-up (the model is loaded, not built under ``zero.Init``), and rank 0
+    holds one gathered statistic (t·P) while writing it. For a 7B model on 8 ranks: ≈ 0.8·P per rank
+    after start-up.
+  * ``LocalRunner``: parameters P, gradients t·P, accumulators 4t·P, alignment and DAI 2t·P — (1 + 7t)·P,
+    ≈ 5.1·P for SmolLM2's MLPs.
 ``dsprune dai`` records the measured peak RSS per rank beside P in its manifest, and the peak minus the
-RSS before the model was loaded (the libraries' share, ~0.5 GB here) as a multiple of P.
+RSS before the model was loaded (the libraries' share, ~0.4 GB here) as a multiple of P.
 """
 from __future__ import annotations
 
