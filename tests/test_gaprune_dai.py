@@ -160,6 +160,16 @@ def test_dai_command_writes_eq5_of_its_statistics(tmp_path, tiny_dirs):
         want = D.dai_score(c * stats["fisher_dom"][n], c * stats["fisher_gen"][n], w, stats["alignment"][n],
                            0.3, 1.0, 0.1)
         assert torch.allclose(dai_b[n], want, rtol=1e-4, atol=1e-7)
+    # dsprune prune --dai_recompute reproduces the balanced DAI from the saved statistics (no new gradients)
+    from dsprune.importance.dai import dai_from_stats
+    again = dai_from_stats(out, weights, 0.3, 1.0, 0.1, fisher_scale="balanced")
+    assert all(torch.allclose(again[n], dai_b[n], rtol=1e-4, atol=1e-7) for n in weights)
+    assert main(["prune", "--model", str(tiny_dirs["qwen3"]), "--method", "dai", "--scores", str(out),
+                 "--sparsity", "0.5", "--dai_recompute", "--dai_alpha", "0.3", "--dai_gamma", "0.1",
+                 "--dai_fisher_scale", "balanced", "--out", str(tmp_path / "mask_b")]) == 0
+    from dsprune.importance.budget import keep_top
+    tensors, _ = formats.read_mask(tmp_path / "mask_b")
+    assert all(torch.equal(tensors[n], m) for n, m in keep_top(again, 0.5).items())
     # refuses to overwrite
     assert main(["dai", "--model", str(tiny_dirs["qwen3"]), "--general", str(gen), "--domain", str(dom),
                  "--out", str(out)]) == 2

@@ -27,6 +27,14 @@ class Args:
     structured: bool = field(default=False, metadata={"help": "remove whole MLP neurons (gate/up rows, down column)"})
     neuron_agg: str = field(default="sum", metadata={"help": "per-neuron aggregation: sum | positive"})
     attention: bool = field(default=False, metadata={"help": "also mask attention projections (unstructured)"})
+    dai_recompute: bool = field(default=False, metadata={"help": "recompute DAI from the saved statistics with "
+                                                                  "the dai_* options below (no new gradients)"})
+    dai_alpha: float = 0.2
+    dai_beta: float = 1.0
+    dai_gamma: float = 0.5
+    dai_alignment: str = "consistency"
+    dai_variant: str = "paper"
+    dai_fisher_scale: str = field(default="1", metadata={"help": "number, or 'balanced' (see dsprune dai)"})
     calib: Optional[str] = field(default=None, metadata={"help": "wanda calibration text (.txt/.jsonl); "
                                                                  "default: MS MARCO + SciFact passages"})
     n_calib: int = 256
@@ -53,6 +61,10 @@ def scores_for(args: Args, enc, weights: dict) -> dict:
         return B.magnitude_scores(weights)
     if args.method in ("fisher_dom", "fisher_gen"):
         return B.fisher_scores(weights, read_stat(args.scores, args.method))
+    if args.method == "dai" and args.dai_recompute:
+        from ..importance.dai import dai_from_stats
+        return dai_from_stats(args.scores, weights, args.dai_alpha, args.dai_beta, args.dai_gamma,
+                              args.dai_alignment, args.dai_variant, args.dai_fisher_scale)
     if args.method == "dai":
         dai = read_stat(args.scores, "dai")
         for n, w in weights.items():

@@ -82,3 +82,32 @@ def read_stat(folder: str | Path, stat: str) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise DsPruneError(f"{path} not found: is {folder} the output of `dsprune dai`?")
     return load_file(str(path))
+
+
+def fisher_balance(f_dom: dict, f_gen: dict, theta: dict, beta: float, gamma: float) -> float:
+    """mean |(F_dom − β·F_gen)·|θ|| / mean γ·√|θ| over all scored weights (full tensors)."""
+    num = sum(float(((f_dom[n] - beta * f_gen[n]) * theta[n].float().abs()).abs().double().sum()) for n in theta)
+    den = sum(float((gamma * theta[n].float().abs().sqrt()).double().sum()) for n in theta)
+    return num / den if den > 0 else 0.0
+
+
+def dai_from_stats(folder: str | Path, theta: dict[str, torch.Tensor], alpha: float, beta: float, gamma: float,
+                   alignment_how: str = "consistency", variant: str = "paper", fisher_scale: str | float = 1.0,
+                   eps: float = 1e-8) -> dict[str, torch.Tensor]:
+    """DAI recomputed from the statistics ``dsprune dai`` saved, with other hyperparameters — a sweep over
+    α, β, γ, the alignment or the Fisher scale needs no new gradients."""
+    f_gen, f_dom = read_stat(folder, "fisher_gen"), read_stat(folder, "fisher_dom")
+    g_gen, g_dom = read_stat(folder, "grad_gen"), read_stat(folder, "grad_dom")
+    missing = [n for n in theta if n not in f_dom]
+    if missing:
+        raise DsPruneError(f"{folder}: no statistics for {missing[0]!r}")
+    if fisher_scale == "balanced":
+        r = fisher_balance(f_dom, f_gen, theta, beta, gamma)
+        scale = 1.0 / r if r > 0 else 1.0
+    else:
+        scale = float(fisher_scale)
+    out = {}
+    for n, w in theta.items():
+        s = alignment(g_gen[n], g_dom[n], f_gen[n], f_dom[n], alignment_how, eps)
+        out[n] = dai_score(scale * f_dom[n], scale * f_gen[n], w.detach().cpu(), s, alpha, beta, gamma, variant)
+    return out
