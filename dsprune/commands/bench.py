@@ -1,0 +1,104 @@
+"""``dsprune bench``: measured encoding speed-up of a (pruned) model over a baseline, beside its FLOP ratio.
+
+Same process, same sampled real inputs, warm-up excluded, models alternated; writes ``bench.json`` with
+throughputs, parameters, FLOPs per token at the benched lengths and the flat-index retrieval latency.
+Speed-ups are ratios from one run: timings drift 10–15 % between runs on a shared machine.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from .. import formats
+from ..errors import DsPruneError
+
+
+@dataclass
+class Args:
+    model: str = field(metadata={"help": "model to bench (e.g. a pruned export)"})
+    baseline: str = field(metadata={"help": "reference model (e.g. the unpruned model)"})
+    out: str = field(metadata={"help": "output folder for bench.json"})
+    data: Optional[str] = field(default=None, metadata={"help": "BEIR folder to sample texts from "
+                                                               "(default: shared scifact)"})
+    docs: int = 200
+    doc_batch: int = 16
+    doc_len: int = 256
+    queries: int = 256
+    query_batch: int = 64
+    query_len: int = 32
+    repeats: int = 3
+    warmup: int = 1
+    compile: bool = field(default=False, metadata={"help": "torch.compile both models"})
+    threads: Optional[int] = field(default=None, metadata={"help": "torch threads (default: OMP_NUM_THREADS "
+                                                                   "or torch's choice)"})
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+    overwrite: bool = False
+
+
+def run(args: Args) -> int:
+    import torch
+
+    from ..encoder import Encoder
+    from ..eval import speed
+    from ..eval.mteb_model import fingerprint
+    from ..settings import data_dir
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise DsPruneError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    for n in ("docs", "doc_batch", "doc_len", "queries", "query_batch", "query_len"):
+        if getattr(args, n) < 1:
+            raise DsPruneError(f"bench.{n} must be at least 1")
+    folder = Path(args.data) if args.data else data_dir("scifact")
+    docs, queries = speed.sample_texts(folder, args.docs, args.queries, args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models, prints = {}, {}
+    for role, path in (("model", args.model), ("baseline", args.baseline)):
+        p = Path(path)
+        if not p.exists():
+            raise DsPruneError(f"{role} not found: {p}")
+        models[role] = Encoder.load(path, dtype=args.dtype, device=args.device)
+        prints[role] = fingerprint(p.parent if path.endswith(".gguf") else p)
+    res = speed.bench(models, docs, queries, args.doc_batch, args.doc_len, args.query_batch, args.query_len,
+                      args.repeats, args.warmup, args.compile)
+    doc = {"model": str(Path(args.model).resolve()), "baseline": str(Path(args.baseline).resolve()),
+           "fingerprint": prints, "data": str(folder), "threads": torch.get_num_threads(),
+           "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "torch": torch.__version__,
+           "settings": dataclasses.asdict(args), **res}
+    figures = {k: res[k]["speedup"] for k in ("document", "query")}
+    figures.update({f"{k}_flop_ratio": res[k]["flop_ratio"] for k in ("document", "query")})
+    figures["param_ratio"] = res["params"]["ratio"]
+    with formats.output_dir(out, args.overwrite) as tmp:
+        formats.write_bench(tmp, doc)
+        formats.write_manifest(tmp, "bench", {"model": doc["model"], "baseline": doc["baseline"],
+                                              "fingerprint": prints, "data": str(folder)},
+                               dataclasses.asdict(args), figures)
+    print(summary(doc))
+    print(f"wrote {out / formats.BENCH}")
+    return 0
+
+
+def summary(doc: dict) -> str:
+    p = doc["params"]
+    lines = [f"threads={doc['threads']} compile={doc['settings']['compile']} data={doc['data']}",
+             f"params: model {p['model'] / 1e6:.2f}M, baseline {p['baseline'] / 1e6:.2f}M, ratio {p['ratio']:.3f} "
+             f"(non-embedding ratio {p['non_embedding']['ratio']:.3f})",
+             f"{'':<9} {'texts':>5} {'shape':>8} {'model/s':>9} {'base/s':>9} {'speed-up':>8} "
+             f"{'GFLOP/tok m':>11} {'GFLOP/tok b':>11} {'FLOP ratio':>10} {'speed-up/FLOP':>13}"]
+    for kind in ("document", "query"):
+        r = doc[kind]
+        lines.append(f"{kind:<9} {r['texts']:>5} {r['batch_size']:>3}x{r['length']:<4} "
+                     f"{r['model']['texts_per_s']:>9.1f} {r['baseline']['texts_per_s']:>9.1f} {r['speedup']:>8.3f} "
+                     f"{r['model']['flops_per_token']['total'] / 1e9:>11.4f} "
+                     f"{r['baseline']['flops_per_token']['total'] / 1e9:>11.4f} {r['flop_ratio']:>10.3f} "
+                     f"{r['speedup_over_flop_ratio']:>13.3f}")
+    lat = doc["retrieval_latency"]
+    lines.append("flat-index retrieval latency (ms/query): " + ", ".join(
+        f"{n} {v['ms_per_query']:.4f} ({v['backend']}, {v['index_size']} docs x {v['dim']})" for n, v in lat.items()))
+    return "\n".join(lines)

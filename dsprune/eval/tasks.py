@@ -1,0 +1,261 @@
+"""Which benchmark a task name means, and local BEIR folders as mteb retrieval tasks.
+
+The papers evaluate on the 13 BEIR datasets of EffiR Table 7, ChemTEB (in mteb) and FinMTEB (not in mteb).
+Here one resolver turns what a user types into mteb tasks:
+
+- ``NAME=FOLDER`` is always a local BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``),
+  read by ``dsprune.data.load_beir`` (line-numbered errors) and handed to mteb as an ``AbsTaskRetrieval``.
+  When NAME is a task dsprune or mteb knows, that task's query instruction comes along.
+- a bare ``NAME`` is a suite (``beir13``, ``finmteb``, ``chemteb``), a dsprune-defined task (the BEIR-13 short
+  names and the shared data sets, read from the shared data folder when it holds them; FinMTEB tasks) or an
+  mteb registry task (data from the Hugging Face hub, so only where the hub is reachable).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..data import load_beir
+from ..errors import DsPruneError
+from ..settings import data_dir
+
+# EffiR Table 7 (Appendix A.3): dsprune short name -> mteb task name.
+BEIR13 = {
+    "scifact": "SciFact",
+    "arguana": "ArguAna",
+    "trec-covid": "TRECCOVID",
+    "fiqa": "FiQA2018",
+    "dbpedia": "DBPedia",
+    "nfcorpus": "NFCorpus",
+    "nq": "NQ",
+    "hotpotqa": "HotpotQA",
+    "touche2020": "Touche2020",
+    "quora": "QuoraRetrieval",
+    "scidocs": "SCIDOCS",
+    "fever": "FEVER",
+    "climate-fever": "ClimateFEVER",
+}
+
+
+@dataclass(frozen=True)
+class FinTask:
+    """One FinMTEB task of GAPrune Appendix B (Table 4): its type, instruction and mteb name if mteb has it."""
+
+    type: str
+    instruction: str
+    mteb_name: str | None = None
+
+
+_ANSWER = "Given a financial question, retrieve user replies that best answer the question."
+_CONTEXT = "Given a financial question, retrieve the related context."
+_SENTIMENT = "Classify the sentiment of a given finance text as either positive, negative, or neutral."
+# GAPrune Table 4, verbatim instructions. FinMTEB itself is not in mteb; where mteb carries the same data set
+# under another name it is named here, every other task needs NAME=FOLDER.
+FINMTEB = {
+    "FiQA2018Retrieval": FinTask("Retrieval", _ANSWER, "FiQA2018"),
+    "FinanceBenchRetrieval": FinTask("Retrieval", _CONTEXT, "FinanceBenchRetrieval"),
+    "HC3Retrieval": FinTask("Retrieval", "Given a financial question, retrieve relevant passages that answer "
+                                         "the query.", "HC3FinanceRetrieval"),
+    "Apple10KRetrieval": FinTask("Retrieval", _CONTEXT),
+    "TATQARetrieval": FinTask("Retrieval", _ANSWER),
+    "FinQARetrieval": FinTask("Retrieval", _ANSWER, "FinQARetrieval"),
+    "USNewsRetrieval": FinTask("Retrieval", "Given a financial question, retrieve documents that can help "
+                                            "answer the question."),
+    "TheGoldmanEnRetrieval": FinTask("Retrieval", "Given a financial term, retrieve the related context."),
+    "FinancialPhraseBankClassification": FinTask("Classification", _SENTIMENT,
+                                                 "FinancialPhrasebankClassification"),
+    "FinSentClassification": FinTask("Classification", _SENTIMENT),
+    "FiQAClassification": FinTask("Classification", "Perform aspect based financial sentiment classification."),
+    "SemEva2017Classification": FinTask("Classification", _SENTIMENT),
+    "FLSClassification": FinTask("Classification", "Classify the sentence into 'not-fls', 'specific fls', or "
+                                                   "'non-specific fls' class."),
+    "ESGClassification": FinTask("Classification", "Classify the following sentence into one of the "
+                                                   "'environmental','social', 'governance', 'non-esg' classes."),
+    "FOMCClassification": FinTask("Classification", "Classify the following sentence from FOMC into 'hawkish', "
+                                                    "'dovish', or 'neutral' class."),
+    "FinancialFraudClassification": FinTask("Classification", "Detecting financial fraud from the given text."),
+    "FinSTS": FinTask("STS", "Detecting Subtle Semantic Shifts in Financial Narratives."),
+    "FINAL": FinTask("STS", "Retrieve semantically similar finance text."),
+}
+
+# GAPrune Table 5: ChemTEB tasks (all in mteb) and their instructions.
+_CHEM_WIKI = {
+    "WikipediaBioMetChemClassification": "biometallurgical chemistry or other chemistry fields",
+    "WikipediaBiolumNeurochemClassification": "bioluminescence/neurochemistry or other chemistry fields",
+    "WikipediaChemEngSpecialtiesClassification": "chemical engineering specialties or other chemistry fields",
+    "WikipediaChemFieldsClassification": "different main chemistry fields",
+    "WikipediaChemistryTopicsClassification": "specific chemistry topics or general chemistry",
+    "WikipediaCompChemSpectroscopyClassification": "computational chemistry/spectroscopy or other chemistry fields",
+    "WikipediaCryobiologySeparationClassification": "cryobiology/separation processes or other chemistry fields",
+    "WikipediaCrystallographyAnalyticalClassification": "crystallography/analytical chemistry or other chemistry "
+                                                        "fields",
+    "WikipediaGreenhouseEnantiopureClassification": "greenhouse chemistry/enantiopure compounds or other chemistry "
+                                                    "fields",
+    "WikipediaIsotopesFissionClassification": "isotopes/nuclear fission or other chemistry fields",
+    "WikipediaLuminescenceClassification": "luminescence chemistry or other chemistry fields",
+    "WikipediaOrganicInorganicClassification": "organic chemistry or inorganic chemistry",
+    "WikipediaSaltsSemiconductorsClassification": "salts/semiconductors chemistry or other chemistry fields",
+    "WikipediaSolidStateColloidalClassification": "solid-state/colloidal chemistry or other chemistry fields",
+    "WikipediaTheoreticalAppliedClassification": "theoretical chemistry or applied chemistry",
+}
+CHEMTEB = {
+    "SDSEyeProtectionClassification": "Classify whether eye protection is required when handling the chemical "
+                                      "based on its safety data sheet.",
+    "SDSGlovesClassification": "Classify whether gloves are required when handling the chemical based on its "
+                               "safety data sheet.",
+    **{k: f"Classify chemistry texts into {v}." for k, v in _CHEM_WIKI.items()},
+    "ChemHotpotQARetrieval": "Given a chemical question, retrieve the related context.",
+    "ChemNQRetrieval": "Given a chemical question, retrieve the related context.",
+}
+
+# The shared data sets (PLATFORM.md) that are not BEIR-13 names, and the benchmark task each stands for.
+SHARED = {"scifact_small": "SciFact", "financebench": "FinanceBenchRetrieval",
+          "msmarco_trecdl_subset": "MSMARCO"}
+
+SUITES = {"beir13": list(BEIR13), "finmteb": list(FINMTEB), "chemteb": list(CHEMTEB)}
+
+
+@dataclass
+class TaskSpec:
+    """A resolved task: where its data comes from and which query instruction it defines."""
+
+    name: str
+    type: str = "Retrieval"
+    folder: Path | None = None        # local BEIR folder, else the mteb registry task ``mteb_name``
+    mteb_name: str | None = None
+    instruction: str | None = None
+    split: str = "test"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        return str(self.folder) if self.folder else f"mteb:{self.mteb_name}"
+
+
+def instruction_for(name: str) -> str | None:
+    """The query instruction a task defines: dsprune's (GAPrune Appendix B) first, then mteb's metadata."""
+    if name in FINMTEB:
+        return FINMTEB[name].instruction
+    if name in CHEMTEB:
+        return CHEMTEB[name]
+    mteb_name = BEIR13.get(name) or SHARED.get(name) or name
+    if mteb_name in FINMTEB:
+        return FINMTEB[mteb_name].instruction
+    meta = _mteb_metadata(mteb_name)
+    if meta is None or not meta.prompt:
+        return None
+    return meta.prompt if isinstance(meta.prompt, str) else meta.prompt.get("query")
+
+
+def _mteb_metadata(name: str):
+    import mteb
+    try:
+        return mteb.get_task(name).metadata
+    except (KeyError, ValueError):
+        return None
+
+
+def resolve(spec: str, split: str | None = None) -> list[TaskSpec]:
+    """Turn ``NAME``, ``NAME=FOLDER`` or a suite name into task specs (validated; no data read yet)."""
+    if "=" in spec:
+        name, folder = spec.split("=", 1)
+        if not name or not folder:
+            raise DsPruneError(f"task {spec!r}: expected NAME=FOLDER")
+        folder = Path(folder).expanduser()
+        if not folder.is_dir():
+            raise DsPruneError(f"task {name}: BEIR folder not found: {folder}")
+        return [TaskSpec(name, folder=folder, instruction=instruction_for(name), split=split or "test")]
+    name = spec
+    if name.lower() in SUITES:
+        return [t for n in SUITES[name.lower()] for t in resolve(n, split)]
+    if name in BEIR13 or name in SHARED:
+        local = data_dir(name)
+        if (local / "corpus.jsonl").is_file():
+            return [TaskSpec(name, folder=local, instruction=instruction_for(name), split=split or "test")]
+        if name in SHARED:
+            raise DsPruneError(f"task {name}: shared data folder not found: {local} (set DSPRUNE_SHARED)")
+        return [_registry(name, BEIR13[name], split)]
+    if name in FINMTEB:
+        ft = FINMTEB[name]
+        if ft.mteb_name is None:
+            raise DsPruneError(f"task {name}: FinMTEB is not in mteb and dsprune knows no download for it; "
+                               f"pass {name}=FOLDER with a local copy in BEIR layout")
+        return [_registry(name, ft.mteb_name, split, ft.instruction, ft.type)]
+    if name in CHEMTEB:
+        return [_registry(name, name, split, CHEMTEB[name])]
+    return [_registry(name, name, split)]
+
+
+def _registry(name: str, mteb_name: str, split: str | None, instruction: str | None = None,
+              type_: str | None = None) -> TaskSpec:
+    meta = _mteb_metadata(mteb_name)
+    if meta is None:
+        known = ", ".join(sorted(SUITES) + sorted(BEIR13) + sorted(SHARED))
+        raise DsPruneError(f"unknown task {name!r}: not a dsprune task ({known}, the FinMTEB and ChemTEB "
+                           f"names) nor an mteb task; for a local BEIR folder write {name}=FOLDER")
+    if instruction is None and meta.prompt:
+        instruction = meta.prompt if isinstance(meta.prompt, str) else meta.prompt.get("query")
+    if split is not None and split not in meta.eval_splits:
+        raise DsPruneError(f"task {name}: split {split!r} not among mteb's {meta.eval_splits}")
+    return TaskSpec(name, type=type_ or meta.type, mteb_name=mteb_name, instruction=instruction,
+                    split=split or meta.eval_splits[0])
+
+
+# ---- mteb task objects --------------------------------------------------------------------------------
+
+def _local_task_class():
+    """Defined lazily so that importing dsprune does not import mteb."""
+    from mteb.abstasks.retrieval import AbsTaskRetrieval
+
+    class LocalBeirRetrieval(AbsTaskRetrieval):
+        """A BEIR folder on disk as an mteb retrieval task (no hub)."""
+
+        def __init__(self, spec: TaskSpec, **kw):
+            self.spec = spec
+            super().__init__(**kw)
+
+        def load_data(self, num_proc=None, **kwargs) -> None:
+            if self.data_loaded:
+                return
+            from datasets import Dataset
+            from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
+
+            split = load_beir(self.spec.folder, self.spec.split)
+            ids = list(split.corpus_rows)
+            corpus = Dataset.from_dict({
+                "id": ids,
+                "title": [(split.corpus_rows[i].get("title") or "") for i in ids],
+                "text": [(split.corpus_rows[i].get("text") or "") for i in ids]})
+            qids = list(split.queries)
+            queries = Dataset.from_dict({"id": qids, "text": [split.queries[q] for q in qids]})
+            self.dataset = {"default": {self.spec.split: RetrievalSplitData(
+                corpus=corpus, queries=queries, relevant_docs=split.qrels, top_ranked=None)}}
+            self.data_loaded = True
+
+    return LocalBeirRetrieval
+
+
+def build_task(spec: TaskSpec):
+    """The mteb task object for a spec; local folders become an ``AbsTaskRetrieval`` subclass."""
+    if spec.folder is None:
+        import mteb
+        task = mteb.get_task(spec.mteb_name, eval_splits=[spec.split])
+        return task
+    from mteb.abstasks.task_metadata import TaskMetadata
+
+    base = _local_task_class()
+    metadata = TaskMetadata(
+        name=spec.name,
+        description=f"Local BEIR folder {spec.folder}",
+        reference=None,
+        dataset={"path": str(spec.folder), "revision": "local"},
+        type="Retrieval",
+        category="t2t",
+        modalities=["text"],
+        eval_splits=[spec.split],
+        eval_langs=["eng-Latn"],
+        main_score="ndcg_at_10",
+        prompt={"query": spec.instruction} if spec.instruction else None,
+    )
+    cls = type(f"Local_{abs(hash(spec.name))}", (base,), {"metadata": metadata})
+    return cls(spec)
