@@ -46,8 +46,7 @@ def test_masked_model_equals_sliced_export(family, texts, tmp_path):
     assert intermediate_sizes(enc) == [int(keep[0].sum()), None, int(keep[2].sum()), int(keep[3].sum())]
     export(enc, tmp_path / "exp")
     again = Encoder.load(tmp_path / "exp").eval()
-    assert (again.backbone.config.intermediate_sizes if hasattr(again.backbone.config, "intermediate_sizes")
-            else again.model.config.intermediate_sizes) == intermediate_sizes(enc)
+    assert again.model.config.intermediate_sizes == intermediate_sizes(enc) == intermediate_sizes(again)
     assert (_embed(again, texts) - masked).abs().max() <= 1e-5
 
 

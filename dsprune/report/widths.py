@@ -33,6 +33,8 @@ def plot_widths(widths_by_ratio: dict[float, dict[int, int]], full: dict[int, in
     ax.set_xlabel("layer (original numbering)")
     ax.set_ylabel("intermediate neurons kept")
     ax.set_xlim(-0.5, num_layers - 0.5)
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(bottom=-max(full.values()) * 0.04)
     ax.set_title(title or "MLP width per layer after global gate ranking")
     ax.legend(fontsize=7, ncol=2, loc="lower left")
