@@ -90,13 +90,13 @@ def summary(doc: dict) -> str:
              f"params: model {p['model'] / 1e6:.2f}M, baseline {p['baseline'] / 1e6:.2f}M, ratio {p['ratio']:.3f} "
              f"(non-embedding ratio {p['non_embedding']['ratio']:.3f})",
              f"{'':<9} {'texts':>5} {'shape':>8} {'model/s':>9} {'base/s':>9} {'speed-up':>8} "
-             f"{'GFLOP/tok m':>11} {'GFLOP/tok b':>11} {'FLOP ratio':>10} {'speed-up/FLOP':>13}"]
+             f"{'MFLOP/tok m':>11} {'MFLOP/tok b':>11} {'FLOP ratio':>10} {'speed-up/FLOP':>13}"]
     for kind in ("document", "query"):
         r = doc[kind]
         lines.append(f"{kind:<9} {r['texts']:>5} {r['batch_size']:>3}x{r['length']:<4} "
                      f"{r['model']['texts_per_s']:>9.1f} {r['baseline']['texts_per_s']:>9.1f} {r['speedup']:>8.3f} "
-                     f"{r['model']['flops_per_token']['total'] / 1e9:>11.4f} "
-                     f"{r['baseline']['flops_per_token']['total'] / 1e9:>11.4f} {r['flop_ratio']:>10.3f} "
+                     f"{r['model']['flops_per_token']['total'] / 1e6:>11.2f} "
+                     f"{r['baseline']['flops_per_token']['total'] / 1e6:>11.2f} {r['flop_ratio']:>10.3f} "
                      f"{r['speedup_over_flop_ratio']:>13.3f}")
     lat = doc["retrieval_latency"]
     lines.append("flat-index retrieval latency (ms/query): " + ", ".join(
