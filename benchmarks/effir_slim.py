@@ -55,11 +55,12 @@ def main() -> int:
                                                         "financebench"],
                     help="training groups (JSONL) and/or BEIR folders (train qrels)")
     ap.add_argument("--ratio", type=float, default=0.3)
-    ap.add_argument("--slim-steps", type=int, default=50)
+    ap.add_argument("--slim-steps", type=int, default=40)
     ap.add_argument("--slim-train", default="gates", choices=["gates", "gates+lora", "full"])
     ap.add_argument("--slim-lambda", type=float, default=None, help="default: dsprune's (mean-normalised)")
-    ap.add_argument("--slim-lr", type=float, default=0.01)
-    ap.add_argument("--train-steps", type=int, default=50)
+    ap.add_argument("--slim-lr", type=float, default=0.05,
+                    help="gates: with the linear decay, 40 steps move a gate by at most lr·20 = 1")
+    ap.add_argument("--train-steps", type=int, default=40)
     ap.add_argument("--per-device-batch", type=int, default=2)
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--passage-max-length", type=int, default=128)
