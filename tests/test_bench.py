@@ -45,6 +45,12 @@ def test_fixed_batches_have_the_benched_shape():
     batches = fixed_batches(enc, ["a short one", "revenue grew by ten percent " * 20, "x"], "passage", 2, 24)
     assert [tuple(b["input_ids"].shape) for b in batches] == [(2, 24), (1, 24)]
     assert batches[0]["attention_mask"][0, -1] == 1      # left padding keeps the last position real
+    # Padding to the benched length leaves the embeddings as encode() makes them (the latency index uses them).
+    with torch.no_grad():
+        padded = torch.cat([enc(b["input_ids"], b["attention_mask"]) for b in batches])
+    plain = enc.encode(["a short one", "revenue grew by ten percent " * 20, "x"], "passage", max_length=24,
+                       show_progress=False)
+    assert torch.allclose(padded, plain, atol=1e-5)
 
 
 def test_flat_index_latency_positive():
