@@ -107,8 +107,10 @@ def run(args: Args) -> int:
     runner = (ZeroRunner(enc, params, ds_config, args.dist_backend) if ds_config is not None
               else LocalRunner(enc, params, args.device))
 
+    phases = {"model_ready": (current_rss_bytes(), peak_rss_bytes())}
     s_gen = accumulate(runner, gen, args.temperature, "general: per-sample gradients")
     s_dom = accumulate(runner, dom, args.temperature, "domain: per-sample gradients")
+    phases["accumulated"] = (current_rss_bytes(), peak_rss_bytes())
     # How much of DAI the Fisher term carries against the magnitude term: on real models F is tiny and
     # Eq. 5 is then magnitude modulated by alignment. --fisher_scale balanced rescales F (both datasets by
     # one constant) so the two terms have equal mean size; the default 1 is the paper.
@@ -127,6 +129,7 @@ def run(args: Args) -> int:
         dai[n] = D.dai_score(scale * s_dom.fisher[n], scale * s_gen.fisher[n], runner.local_theta(n), align[n],
                              args.alpha, args.beta, args.gamma, args.variant)
 
+    phases["dai_computed"] = (current_rss_bytes(), peak_rss_bytes())
     # Gather one statistic at a time (rank 0 holds at most one full statistic) and write it.
     stats = {"fisher_gen": s_gen.fisher, "fisher_dom": s_dom.fisher, "grad_gen": s_gen.grad,
              "grad_dom": s_dom.grad, "alignment": align, "dai": dai}
@@ -141,6 +144,9 @@ def run(args: Args) -> int:
                 figures[stat] = _summary(full.values())
             del full
         rss = runner.gather_objects((peak_rss_bytes(), rss_before))
+        phase_rss = runner.gather_objects({k: {"rss_over_model_fp32": round((c - rss_before) / model_fp32_bytes, 3),
+                                               "peak_so_far_over_model_fp32": round((pk - rss_before) / model_fp32_bytes, 3)}
+                                           for k, (c, pk) in phases.items()})
         if runner.is_main:
             figures.update({
                 "n_general": s_gen.n, "n_domain": s_dom.n,
@@ -155,6 +161,7 @@ def run(args: Args) -> int:
                 "rss_before_model_bytes_per_rank": [b for _, b in rss],
                 "peak_rss_over_model_fp32": [round(r / model_fp32_bytes, 3) for r, _ in rss],
                 "peak_rss_above_libraries_over_model_fp32": [round((r - b) / model_fp32_bytes, 3) for r, b in rss],
+                "rss_phases_above_libraries_per_rank": phase_rss,
             })
             config = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")}
             formats.write_manifest(tmp, "dai", {"model": args.model, "general": list(args.general),
