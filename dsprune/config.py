@@ -56,7 +56,10 @@ def parse_args(cls: type[T], argv: Sequence[str] | None = None, prog: str | None
     for action in parser._actions:
         if action.dest in file_defaults:
             action.required = False
-    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    try:
+        (args,) = parser.parse_args_into_dataclasses(args=argv)
+    except ValueError as e:  # unknown flags: one clear line, not a traceback
+        raise DsPruneError(str(e).replace("HfArgumentParser", prog or "this command")) from None
     return args
 
 
