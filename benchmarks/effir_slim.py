@@ -28,22 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import BIN, REPO, sh  # noqa: E402
+
 sys.path.insert(0, str(REPO))
-BIN = Path(sys.executable).parent
 
 
-def sh(cmd: list[str], log: Path, env: dict) -> float:
-    """Run a command with its output in ``log``; stop on failure. Returns seconds."""
-    print("$", " ".join(cmd), flush=True)
-    t0 = time.time()
-    with open(log, "w") as f:
-        proc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
-    if proc.returncode != 0:
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n" + log.read_text()[-3000:])
-    dt = time.time() - t0
-    print(f"  done in {dt:.0f} s", flush=True)
-    return dt
 
 
 def main() -> int:

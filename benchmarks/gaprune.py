@@ -27,9 +27,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import BIN, REPO, sh  # noqa: E402
+
 sys.path.insert(0, str(REPO))
-BIN = Path(sys.executable).parent
 
 METHODS = ("dai", "dai_balanced", "magnitude", "fisher_dom", "fisher_gen", "random")
 # dai_balanced: DAI recomputed from the same statistics with both Fisher terms rescaled so that the Fisher
@@ -37,15 +38,6 @@ METHODS = ("dai", "dai_balanced", "magnitude", "fisher_dom", "fisher_gen", "rand
 EXTRA = {"dai_balanced": ["--method", "dai", "--dai_recompute", "--dai_fisher_scale", "balanced"]}
 
 
-def sh(cmd: list[str], log: Path, env: dict) -> float:
-    """Run a command, output to ``log``; fail loudly. Returns seconds."""
-    print("$", " ".join(cmd), flush=True)
-    t0 = time.time()
-    with open(log, "w") as f:
-        proc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
-    if proc.returncode != 0:
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n" + log.read_text()[-3000:])
-    return time.time() - t0
 
 
 def done(folder: Path) -> bool:

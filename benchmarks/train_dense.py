@@ -25,20 +25,12 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import BIN, REPO, sh  # noqa: E402
+
 sys.path.insert(0, str(REPO))
-BIN = Path(sys.executable).parent
 
 
-def sh(cmd: list[str], log: Path, env: dict) -> float:
-    """Run a command, tee its output to ``log``; fail loudly. Returns seconds."""
-    print("$", " ".join(cmd), flush=True)
-    t0 = time.time()
-    with open(log, "w") as f:
-        proc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
-    if proc.returncode != 0:
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n" + log.read_text()[-3000:])
-    return time.time() - t0
 
 
 def main() -> int:
