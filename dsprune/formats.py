@@ -76,12 +76,11 @@ def read_json(path: str | os.PathLike, what: str = "file") -> Any:
         raise DsPruneError(f"{path}: line {e.lineno}: invalid JSON ({e.msg})") from None
 
 
-def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> list[dict]:
-    """Read a JSONL file; a malformed line or a missing field is reported with file and line number."""
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line; a malformed line names the file and line."""
     path = Path(path)
     if not path.is_file():
         raise DsPruneError(f"file not found: {path}")
-    rows = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -92,10 +91,17 @@ def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> list[
                 raise DsPruneError(f"{path}: line {n}: malformed JSON ({e.msg})") from None
             if not isinstance(row, dict):
                 raise DsPruneError(f"{path}: line {n}: expected a JSON object, got {type(row).__name__}")
-            missing = [k for k in required if k not in row]
-            if missing:
-                raise DsPruneError(f"{path}: line {n}: missing field(s) {', '.join(missing)}")
-            rows.append(row)
+            yield n, row
+
+
+def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> list[dict]:
+    """Read a JSONL file; a malformed line or a missing field is reported with file and line number."""
+    rows = []
+    for n, row in iter_jsonl(path):
+        missing = [k for k in required if k not in row]
+        if missing:
+            raise DsPruneError(f"{path}: line {n}: missing field(s) {', '.join(missing)}")
+        rows.append(row)
     return rows
 
 

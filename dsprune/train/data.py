@@ -12,7 +12,6 @@ sees exactly the batches the uninterrupted run would have seen, with no loader s
 """
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 
 from ..data import load_beir
 from ..errors import DsPruneError
+from ..formats import iter_jsonl
 from ..settings import data_dir
 
 
@@ -76,18 +76,8 @@ def _scores(row: dict, name: str, n: int, where: str) -> list[float] | None:
 
 
 def _rows(path: Path):
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DsPruneError(f"{where}: malformed JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DsPruneError(f"{where}: expected a JSON object")
-            yield where, row
+    for n, row in iter_jsonl(path):
+        yield f"{path}:{n}", row
 
 
 def load_jsonl_groups(path: Path) -> list[Group]:
