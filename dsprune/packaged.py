@@ -41,3 +41,10 @@ def resolve(name: str) -> Path:
         _package_dir(module, install)
         importlib.import_module(module).assemble(str(out))
     return out
+
+
+def model_path(name_or_path: str) -> str:
+    """A packaged model's short name resolved to its file or folder; anything else returned unchanged."""
+    if str(name_or_path) in PACKAGED and not Path(name_or_path).exists():
+        return str(resolve(str(name_or_path)))
+    return str(name_or_path)

@@ -46,6 +46,7 @@ def run(args: Args) -> int:
     from ..encoder import Encoder
     from ..eval import speed
     from ..eval.mteb_model import fingerprint
+    from ..packaged import model_path
     from ..settings import data_dir
 
     out = Path(args.out)
@@ -60,6 +61,7 @@ def run(args: Args) -> int:
         torch.set_num_threads(args.threads)
     models, prints = {}, {}
     for role, path in (("model", args.model), ("baseline", args.baseline)):
+        path = model_path(path)                  # `smollm2` works here as anywhere a path does
         p = Path(path)
         if not p.exists():
             raise DsPruneError(f"{role} not found: {p}")

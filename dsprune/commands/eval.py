@@ -57,7 +57,8 @@ def run(args: Args) -> int:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise DsPruneError(f"output folder exists: {out} (pass --overwrite to replace it)")
-    model_dir = Path(args.model)
+    from ..packaged import model_path
+    model_dir = Path(model_path(args.model))     # `smollm2` works here as anywhere a path does
     if not model_dir.exists():
         raise DsPruneError(f"model not found: {model_dir}")
     if args.threads:
@@ -77,7 +78,7 @@ def run(args: Args) -> int:
 
     weights_dir = model_dir.parent if str(model_dir).endswith(".gguf") else model_dir
     fp = fingerprint(weights_dir)
-    enc = _load(args.model, args)
+    enc = _load(str(model_dir), args)
     model = MtebEncoder(enc, model_dir.name, fp, {s.name: s.instruction for s in specs},
                         batch_size=args.batch_size, show_progress=not args.quiet)
     print(f"model {model_dir} ({model.mteb_model_meta.n_parameters / 1e6:.1f}M params, fingerprint {fp[:12]}); "
