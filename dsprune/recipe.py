@@ -4,9 +4,14 @@ A stage is a ``dsprune`` command (``command: drop``) or a DeepSpeed launcher (``
 arguments. ``${name}`` in an argument is the output folder of an earlier stage, ``${out}`` the recipe's folder,
 ``${shared}`` the shared data folder. A stage whose folder holds a ``stage.json`` with the same fingerprint
 (its resolved arguments plus the fingerprints of the stages it reads) is reused; anything else reruns it.
+
+Sweeps run one recipe many times: with ``cache`` a stage lives in ``cache/<name>-<fingerprint>`` instead of
+``out/<name>``, so trials that agree on a stage's inputs share it (under a file lock), and ``execute`` lets the
+caller run each stage's command itself (to watch its progress, or to stop it).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -17,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from . import formats
 from .config import load_config_file
@@ -24,6 +30,8 @@ from .errors import DsPruneError
 from .settings import REPO_ROOT, shared_dir
 
 STAMP = "stage.json"
+# launcher -> the dataclass its options fill (a command's is its module's ``Args``)
+LAUNCHER_ARGS = {"train": ("dsprune.train.slim", "StageArgs"), "dai": ("dsprune.commands.dai", "Args")}
 _REF = re.compile(r"\$\{([A-Za-z0-9_\-]+)\}")
 
 
@@ -37,8 +45,12 @@ class Stage:
     deepspeed_args: list = field(default_factory=list)
 
 
-def load_recipe(path: str | Path, overrides: dict | None = None) -> tuple[dict, list[Stage]]:
-    doc = load_config_file(path)
+def load_recipe(path: str | Path | dict, overrides: dict | None = None) -> tuple[dict, list[Stage]]:
+    """Read and check a recipe (a YAML/JSON file, or its mapping with ``path`` naming where it came from)."""
+    if isinstance(path, dict):
+        doc, path = path, path.get("path", "recipe")
+    else:
+        doc = load_config_file(path)
     if "stages" not in doc or not isinstance(doc["stages"], list) or not doc["stages"]:
         raise DsPruneError(f"{path}: a recipe needs a non-empty 'stages' list")
     from .cli import COMMANDS
@@ -57,6 +69,10 @@ def load_recipe(path: str | Path, overrides: dict | None = None) -> tuple[dict, 
             raise DsPruneError(f"{path}: stage {s['name']!r}: no launcher launchers/{s['launcher']}.py")
         args = dict(s.get("args") or {})
         args.update((overrides or {}).get(s["name"], {}))
+        known = stage_options(s.get("command"), s.get("launcher"))
+        unknown = sorted(set(args) - known) if known is not None else []
+        if unknown:
+            raise DsPruneError(f"{path}: stage {s['name']!r}: unknown option(s) {', '.join(unknown)}")
         for ref in _REF.findall(json.dumps(args)):
             if ref not in names and ref not in ("out", "shared", "repo"):
                 raise DsPruneError(f"{path}: stage {s['name']!r} refers to ${{{ref}}}, not an earlier stage")
@@ -64,6 +80,26 @@ def load_recipe(path: str | Path, overrides: dict | None = None) -> tuple[dict, 
         stages.append(Stage(s["name"], args, s.get("command"), s.get("launcher"), int(s.get("num_gpus", 1)),
                             list(s.get("deepspeed_args", []))))
     return doc, stages
+
+
+def stage_options(command: str | None, launcher: str | None) -> set[str] | None:
+    """The option names a stage accepts (its arguments dataclass; launchers also take ``output_dir``);
+    ``None`` for a launcher dsprune does not describe."""
+    import dataclasses
+    import importlib
+
+    from .cli import COMMANDS
+
+    if command:
+        cls = importlib.import_module(COMMANDS[command][0]).Args
+        extra = set()
+    else:
+        module, name = LAUNCHER_ARGS.get(launcher, (None, None))
+        if module is None:
+            return None
+        cls = getattr(importlib.import_module(module), name)
+        extra = {"output_dir"}
+    return {f.name for f in dataclasses.fields(cls)} | extra
 
 
 def _resolve(value, folders: dict[str, str]):
@@ -94,40 +130,80 @@ def fingerprint(stage: Stage, args: dict, upstream: list[str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def run_recipe(path: str | Path, out: str | None = None, only: list[str] | None = None, force: bool = False,
-               overrides: dict | None = None) -> dict[str, dict]:
-    """Run every stage in order, reusing finished stages whose inputs did not change."""
+# (command, stage folder) -> exit status; the default runs the command to its end
+Execute = Callable[[list[str], Path], int]
+
+
+def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] | None = None,
+               force: bool = False, overrides: dict | None = None, cache: str | Path | None = None,
+               execute: Execute | None = None) -> dict[str, dict]:
+    """Run every stage in order, reusing finished stages whose inputs did not change.
+
+    Returns, per stage, its status (ran | reused), folder, fingerprint, arguments and seconds.
+    """
     doc, stages = load_recipe(path, overrides)
-    root = Path(out or doc.get("out") or f"out/{Path(path).stem}")
+    stem = Path(path).stem if not isinstance(path, dict) else "recipe"
+    root = Path(out or doc.get("out") or f"out/{stem}")
     root.mkdir(parents=True, exist_ok=True)
     folders = {"out": str(root), "shared": str(shared_dir()), "repo": str(REPO_ROOT)}
     prints: dict[str, str] = {}
     report: dict[str, dict] = {}
     for stage in stages:
-        folder = root / stage.name
-        folders[stage.name] = str(folder)
         args = _resolve(stage.args, folders)
         upstream = sorted(prints[r] for r in _REF.findall(json.dumps(stage.args)) if r in prints)
         fp = fingerprint(stage, args, upstream)
         prints[stage.name] = fp
-        stamp = folder / STAMP
-        if not force and stamp.is_file() and json.loads(stamp.read_text()).get("fingerprint") == fp:
-            print(f"[{stage.name}] reused ({folder})")
-            report[stage.name] = {"status": "reused", **json.loads(stamp.read_text())}
-            continue
-        if only and stage.name not in only:
-            raise DsPruneError(f"stage {stage.name!r} is not up to date and not selected with --only")
-        print(f"[{stage.name}] running -> {folder}")
-        t0 = time.perf_counter()
-        _run_stage(stage, args, folder)
-        info = {"fingerprint": fp, "args": args, "seconds": round(time.perf_counter() - t0, 1),
-                "command": stage.command, "launcher": stage.launcher}
-        formats.write_json(stamp, info)
-        report[stage.name] = {"status": "ran", **info}
+        folder = Path(cache) / f"{stage.name}-{fp}" if cache else root / stage.name
+        folders[stage.name] = str(folder)
+        with _stage_lock(folder):
+            stamp = folder / STAMP
+            if not force and stamp.is_file() and json.loads(stamp.read_text()).get("fingerprint") == fp:
+                print(f"[{stage.name}] reused ({folder})")
+                report[stage.name] = {"status": "reused", "folder": str(folder), **json.loads(stamp.read_text())}
+                continue
+            if only and stage.name not in only:
+                raise DsPruneError(f"stage {stage.name!r} is not up to date and not selected with --only")
+            print(f"[{stage.name}] running -> {folder}")
+            t0 = time.perf_counter()
+            _run_stage(stage, args, folder, execute or _execute)
+            info = {"fingerprint": fp, "args": args, "seconds": round(time.perf_counter() - t0, 1),
+                    "command": stage.command, "launcher": stage.launcher}
+            formats.write_json(stamp, info)
+            report[stage.name] = {"status": "ran", "folder": str(folder), **info}
     return report
 
 
-def _run_stage(stage: Stage, args: dict, folder: Path) -> None:
+class _stage_lock:
+    """An exclusive lock beside a stage folder, so two runs never build the same stage at once."""
+
+    def __init__(self, folder: Path):
+        self.path = folder.parent / f".{folder.name}.lock"
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open(self.path, "w")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+
+
+def _execute(cmd: list[str], folder: Path) -> int:
+    return subprocess.run(cmd, env=dict(os.environ)).returncode
+
+
+def _free_port() -> int:
+    """A free local port, so launcher stages of concurrent runs (sweep trials) never share a rendezvous."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_stage(stage: Stage, args: dict, folder: Path, execute: Execute) -> None:
     args = dict(args)
     if stage.command:
         args.setdefault("out", str(folder))
@@ -135,13 +211,20 @@ def _run_stage(stage: Stage, args: dict, folder: Path) -> None:
         cmd = [sys.executable, "-m", "dsprune.cli", stage.command, *_argv(args)]
     else:
         args.setdefault("output_dir", str(folder))
-        cmd = ["deepspeed", "--num_gpus", str(stage.num_gpus), *stage.deepspeed_args,
+        if stage.launcher == "train" and (folder / "checkpoints" / "latest").is_file():
+            # an interrupted run of this very stage (same fingerprint): continue it
+            args.pop("overwrite", None)
+            args["resume"] = True
+        elif stage.launcher == "train" and folder.exists() and not args.get("resume"):
+            args["overwrite"] = True  # a stale, unfinished folder of this stage
+        port = [] if "--master_port" in stage.deepspeed_args else ["--master_port", str(_free_port())]
+        cmd = ["deepspeed", "--num_gpus", str(stage.num_gpus), *port, *stage.deepspeed_args,
                str(REPO_ROOT / "launchers" / f"{stage.launcher}.py"), *_argv(args)]
         bindir = Path(sys.executable).parent
         if (bindir / "deepspeed").exists():
             cmd[0] = str(bindir / "deepspeed")
-    print("  $ " + " ".join(shlex.quote(c) for c in cmd))
-    r = subprocess.run(cmd, env=dict(os.environ))
-    if r.returncode != 0:
-        raise DsPruneError(f"stage {stage.name!r} failed (exit {r.returncode}); finished stages are kept, "
+    print("  $ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    code = execute(cmd, folder)
+    if code != 0:
+        raise DsPruneError(f"stage {stage.name!r} failed (exit {code}); finished stages are kept, "
                            "rerun the recipe to resume")

@@ -15,6 +15,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     from dsprune.commands import dai
     from dsprune.config import parse_args
+    from dsprune.distributed import close_process_group
     from dsprune.errors import DsPruneError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -27,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.deepspeed:
             raise DsPruneError("launchers/dai.py needs --deepspeed CONFIG (a ZeRO-3 config, e.g. "
                                "ds_configs/dai_zero3.json); for one process run `dsprune dai`")
-        return int(dai.run(args) or 0)
+        code = int(dai.run(args) or 0)
+        close_process_group()
+        return code
     except DsPruneError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

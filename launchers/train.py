@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, wh
 
 def main(argv: list[str] | None = None) -> int:
     from dsprune.config import parse_args
+    from dsprune.distributed import close_process_group
     from dsprune.errors import DsPruneError
     from dsprune.train.loop import train
     from dsprune.train.slim import StageArgs, stage_hooks  # --mode train|slim, --mask (issue 5)
@@ -23,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(StageArgs, argv, prog="launchers/train.py")
         train(args, stage_hooks(args))
+        close_process_group()
     except DsPruneError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
