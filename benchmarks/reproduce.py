@@ -718,6 +718,9 @@ def render(results: Path, md: Path) -> str:
            f"Rendered by `benchmarks/reproduce.py` from `{os.path.relpath(results, md.parent)}/*.json`: "
            f"{len(docs)} of {len(ROWS)} rows done. Every number below comes from a row's results JSON, made by "
            "the command shown (code version per row under *Provenance*); rows not yet run say *pending*.", "",
+           "**Run.** `.venv/bin/python benchmarks/reproduce.py` runs every pending row (about 12 h on 2 CPU cores "
+           "from scratch; `--list` shows rows, stages and rough minutes); `--rows ROW|TABLE ...` picks some. A row "
+           "resumes stage by stage; a finished row is skipped while its configuration is unchanged.", "",
            f"**Model.** {MODEL_NOTE}", "",
            "**Reading the tables.** nDCG@10 per task; in brackets the difference to the table's reference row "
            "*(ref)* with its 95 % paired bootstrap interval over queries (2,000 resamples, "
