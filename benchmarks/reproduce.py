@@ -63,7 +63,8 @@ SCALED = {
                 "1 positive + 3 negatives, passages <= 128 tokens, 512 groups (SciFact mined + MS MARCO), one "
                 "epoch on 2 CPU ranks (EffiR: MS MARCO, 1 + 7, BGE-reranker teacher)",
     "slimming": "gates only, 40 steps x 4 queries, gate lr 0.05, mean-normalised penalty (EffiR: 500 "
-                "full-parameter steps), then the training budget above with the 30% mask held",
+                "full-parameter steps), then the training budget above with the 30% mask held (global ranking; "
+                "each MLP keeps at least its 32 strongest neurons)",
     "gaprune": "120 general triplets (k-means over SciFact train + MS MARCO) and FinanceBench train (75 "
                "questions) for DAI (GAPrune: 5,000 each); retraining 40 steps x 4 queries on FinanceBench train "
                "(GAPrune: 100 steps)",
@@ -322,7 +323,8 @@ def effir_core(ctx: Ctx):
                  max_steps=40, per_device_batch_size=2, save_steps=20)
     return base_drop(ctx, "15m") + [
         slim,
-        command("effir-mask", "mask", gates=ref("effir-slim"), ratio=0.3, model=ref("effir-slim", "/model")),
+        command("effir-mask", "mask", gates=ref("effir-slim"), ratio=0.3, min_per_layer=32,
+                model=ref("effir-slim", "/model")),
         train("effir-train", ref("effir-slim", "/model"), ctx, mask=ref("effir-mask")),
     ], ref("effir-train", "/model")
 
