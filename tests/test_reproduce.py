@@ -3,6 +3,7 @@ and one cheap row runs end to end on a tiny model."""
 import glob
 import importlib.util
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -177,7 +178,7 @@ def test_smoke_dense_row_on_tiny_model(rp, tiny_dirs, tmp_path, monkeypatch):
     """One real row: link the dense model, run its recipe (dsprune eval), write the JSON, render; rerun skips."""
     for k in ("OMP_NUM_THREADS", "DS_ACCELERATOR", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "PYTHONPATH",
               "TORCH_EXTENSIONS_DIR"):
-        monkeypatch.setenv(k, __import__("os").environ.get(k, ""))
+        monkeypatch.setenv(k, os.environ.get(k, ""))
     beir = write_beir(tmp_path / "beir")
     tiny = str(tiny_dirs["llama"])
     argv = ["--rows", "dense", "--dense", tiny, "--model", tiny, "--tasks", f"tiny={beir}",
