@@ -25,6 +25,7 @@ COMMANDS = {
     "report": ("dsprune.commands.report", "compare results with paired bootstrap CIs; quality-vs-speed plot"),
     "mine": ("dsprune.commands.mine", "hard negatives for a BEIR train split -> training groups (JSONL)"),
     "mask": ("dsprune.commands.mask", "self-slimming: rank gates globally -> structured neuron mask, width plot"),
+    "tune": ("dsprune.commands.tune", "Ray Tune sweep over a pipeline: score vs measured cost, Pareto front"),
 }
 
 

@@ -132,12 +132,14 @@ def fingerprint(stage: Stage, args: dict, upstream: list[str]) -> str:
 
 # (command, stage folder) -> exit status; the default runs the command to its end
 Execute = Callable[[list[str], Path], int]
+Reused = Callable[[Path], None]
 
 
 def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] | None = None,
                force: bool = False, overrides: dict | None = None, cache: str | Path | None = None,
-               execute: Execute | None = None) -> dict[str, dict]:
-    """Run every stage in order, reusing finished stages whose inputs did not change.
+               execute: Execute | None = None, on_reuse: Reused | None = None) -> dict[str, dict]:
+    """Run every stage in order, reusing finished stages whose inputs did not change (``on_reuse`` is
+    told of each reused stage's folder, in order).
 
     Returns, per stage, its status (ran | reused), folder, fingerprint, arguments and seconds.
     """
@@ -160,6 +162,8 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
             if not force and stamp.is_file() and json.loads(stamp.read_text()).get("fingerprint") == fp:
                 print(f"[{stage.name}] reused ({folder})")
                 report[stage.name] = {"status": "reused", "folder": str(folder), **json.loads(stamp.read_text())}
+                if on_reuse:
+                    on_reuse(folder)
                 continue
             if only and stage.name not in only:
                 raise DsPruneError(f"stage {stage.name!r} is not up to date and not selected with --only")

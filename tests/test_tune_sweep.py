@@ -1,0 +1,176 @@
+"""A real Ray Tune sweep on a tiny model: self-slimming under the DeepSpeed launcher (2 CPU ranks), then
+mask -> export -> eval (mteb) -> bench per trial; interrupted after its first trial and resumed.
+
+One sweep for the module (grid over the slimming ratio, 4 trials, one of which must fail): the slimming
+stage is shared by every trial through the stage cache, ASHA sees the in-training eval reports, and a
+constraint on the parameter ratio makes one finished trial infeasible.
+"""
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from train_helpers import BIN, env, write_beir, write_groups
+
+pytestmark = pytest.mark.slow
+RATIOS = [0.1, 0.3, 0.6, 0.999]
+
+
+def _sweep_file(root: Path, model: Path) -> Path:
+    groups, beir = write_groups(root / "groups.jsonl"), write_beir(root / "beir")
+    doc = {
+        "out": str(root / "sweep"), "name": "tiny",
+        "space": {"slim.ratio": {"grid": RATIOS}},
+        "search": "grid", "scheduler": "asha", "asha_grace": 10, "asha_max_t": 10, "num_samples": 1,
+        "constraints": {"param_ratio": {"min": 1.1}},
+        "stages": [
+            {"name": "slim", "launcher": "train", "num_gpus": 2,
+             "args": {"model": str(model), "train_data": [str(groups)], "mode": "slim", "slim_train": "gates",
+                      "group_size": 4, "per_device_batch_size": 4, "max_steps": 4, "slim_lr": 0.05,
+                      "slim_lambda": 50, "save_steps": 0, "deepspeed": "ds_configs/zero2.json",
+                      "eval_task": str(beir), "eval_steps": 2}},
+            {"name": "mask", "command": "mask", "args": {"gates": "${slim}", "ratio": 0.3, "model": "${slim}/model"}},
+            {"name": "export", "command": "export", "args": {"model": "${slim}/model", "mask": "${mask}"}},
+            {"name": "eval", "command": "eval", "args": {"model": "${export}", "task": [f"tiny={beir}"], "quiet": True}},
+            {"name": "bench", "command": "bench",
+             "args": {"model": "${export}", "baseline": str(model), "data": str(beir), "docs": 8, "doc_batch": 4,
+                      "doc_len": 16, "queries": 8, "query_batch": 4, "query_len": 8, "repeats": 1}},
+        ],
+    }
+    path = root / "sweep.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _tune(cfg: Path, *extra: str) -> list[str]:
+    return [str(BIN / "dsprune"), "tune", "--config", str(cfg), *extra]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, tiny_dirs):
+    root = tmp_path_factory.mktemp("tune")
+    cfg = _sweep_file(root, tiny_dirs["llama"])
+    out = root / "sweep"
+    e = dict(env(), DSPRUNE_RAY_TMP=str(root / "ray_tmp"))
+    # 1. start the sweep; interrupt it (SIGINT, as Ctrl-C) once its first trial has finished
+    log1 = open(root / "first.log", "w")
+    proc = subprocess.Popen(_tune(cfg), env=e, stdout=log1, stderr=subprocess.STDOUT)
+    t0 = time.time()
+    while not list(out.glob("trials/*/stages.json")):
+        assert proc.poll() is None, (root / "first.log").read_text()[-3000:]
+        assert time.time() - t0 < 600, "no trial finished in 10 minutes"
+        time.sleep(0.2)
+    first_done = sorted(out.glob("trials/*/stages.json"))
+    before = {p: p.read_text() for p in first_done}
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=180)
+    log1.close()
+    interrupted = json.loads((out / "summary.json").read_text())
+    # 2. resume it to the end
+    r = subprocess.run(_tune(cfg, "--resume"), env=e, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return {"out": out, "interrupted": interrupted, "before": before, "stdout": r.stdout,
+            "summary": json.loads((out / "summary.json").read_text())}
+
+
+def _by_ratio(summary):
+    return {r["slim.ratio"]: r for r in summary["trials"]}
+
+
+def test_interrupted_sweep_resumes_without_redoing_finished_work(sweep):
+    first = sweep["interrupted"]
+    assert first["interrupted"] and first["counts"]["not finished"] >= 1
+    s = sweep["summary"]
+    assert not s["interrupted"] and s["num_trials"] == len(RATIOS)
+    for path, text in sweep["before"].items():  # a trial finished before the interruption was not run again
+        assert path.read_text() == text
+    # the slimming stage (the only DeepSpeed run) was built once and shared by every trial
+    slims = sorted((sweep["out"] / "stages").glob("slim-*"))
+    assert len(slims) == 1
+    man = json.loads((slims[0] / "manifest.json").read_text())
+    assert man["stage"] == "slim" and man["world_size"] == 2
+
+
+def test_table_constraint_best_and_failed_trial(sweep):
+    s = sweep["summary"]
+    rows = _by_ratio(s)
+    assert [rows[r]["status"] for r in RATIOS] == ["done", "done", "done", "error"]
+    assert "would remove every neuron" in rows[0.999]["error"]  # the stage's own error line, not a traceback
+    # param_ratio grows with the slimming ratio; the constraint (>= 1.1) rules out the mildest trial only
+    assert rows[0.1]["param_ratio"] < 1.1 < rows[0.3]["param_ratio"] < rows[0.6]["param_ratio"]
+    assert [rows[r]["feasible"] for r in RATIOS[:3]] == [False, True, True]
+    top = max(rows[0.3]["ndcg_at_10"], rows[0.6]["ndcg_at_10"])
+    best = next(r for r in s["trials"] if r["trial"] == s["best"]["trial"])
+    assert best["feasible"] and best["ndcg_at_10"] == top
+    assert Path(s["best_model"]).is_dir() and (Path(s["best_model"]) / "config.json").is_file()
+    assert best["trial"] in s["front"] and rows[0.1]["trial"] not in s["front"]
+    table = (sweep["out"] / "trials.md").read_text()
+    assert f"{best['trial']} **best**" in table and "Failed trials:" in table and "param_ratio >= 1.1" in table
+    assert (sweep["out"] / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"best model: {s['best_model']}" in sweep["stdout"]
+
+
+def test_intermediate_reports_reach_ray_and_tensorboard(sweep):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for r in sweep["summary"]["trials"]:
+        if r["status"] != "done":
+            continue
+        # in-training evals at steps 2 and 4 (replayed for trials that reused the slimming stage) + final
+        assert r["reports"] == 3
+        acc = EventAccumulator(str(sweep["out"] / "trials" / r["trial"] / "tensorboard"))
+        acc.Reload()
+        events = acc.Scalars("tune/ndcg_at_10")
+        assert [e.step for e in events][-3:] == [1, 2, 3]
+        assert events[-1].value == pytest.approx(r["ndcg_at_10"])
+
+
+def test_optuna_multi_objective_sweep_over_dai_knobs(tmp_path, tiny_dirs):
+    """Optuna (TPE) over continuous DAI knobs, two objectives -> the Pareto front; DAI statistics are
+    computed once (stage cache) and every trial recomputes DAI from them."""
+    from dsprune.tune import outcome
+
+    model, beir = tiny_dirs["llama"], write_beir(tmp_path / "beir")
+    trip = tmp_path / "trip.jsonl"
+    trip.write_text("".join(json.dumps({"query": q, "positive": p, "negative": n}) + "\n" for q, p, n in [
+        ("cell membrane", "the cell membrane regulates transport", "revenue grew"),
+        ("revenue growth", "revenue grew by ten percent", "gene expression"),
+        ("dense retrieval", "dense retrieval encodes queries", "interest rates")]))
+    doc = {
+        "out": str(tmp_path / "sweep"), "name": "dai", "search": "optuna", "num_samples": 3, "seed": 1,
+        "space": {"dai.alpha": {"uniform": [0.0, 1.0]}, "dai.sparsity": {"uniform": [0.1, 0.6]}},
+        "objectives": {"ndcg_at_10": "max", "param_ratio": "max"},
+        "stages": [
+            {"name": "dai", "command": "dai", "args": {"model": str(model), "general": [str(trip)],
+                                                      "domain": [str(trip)]}},
+            {"name": "prune", "command": "prune", "args": {"model": str(model), "method": "dai", "sparsity": 0.3,
+                                                          "scores": "${dai}", "dai_recompute": True,
+                                                          "structured": True}},
+            {"name": "export", "command": "export", "args": {"model": str(model), "mask": "${prune}"}},
+            {"name": "eval", "command": "eval", "args": {"model": "${export}", "task": [f"tiny={beir}"],
+                                                        "quiet": True}},
+            {"name": "bench", "command": "bench",
+             "args": {"model": "${export}", "baseline": str(model), "data": str(beir), "docs": 4, "doc_batch": 4,
+                      "doc_len": 8, "queries": 4, "query_batch": 4, "query_len": 8, "repeats": 1}},
+        ]}
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+    r = subprocess.run(_tune(cfg), env=dict(env(), DSPRUNE_RAY_TMP=str(tmp_path / "ray_tmp")),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    s = json.loads((tmp_path / "sweep" / "summary.json").read_text())
+    rows = s["trials"]
+    assert [t["status"] for t in rows] == ["done"] * 3
+    assert len({t["dai.sparsity"] for t in rows}) == 3 and all(0.1 <= t["dai.sparsity"] <= 0.6 for t in rows)
+    assert len(list((tmp_path / "sweep" / "stages").glob("dai-*"))) == 1  # statistics computed once
+    # the front is exactly the non-dominated trials, recomputed by hand here
+    objs = {"ndcg_at_10": "max", "param_ratio": "max"}
+    assert sorted(s["front"]) == sorted(rows[i]["trial"] for i in outcome.pareto_front(rows, objs))
+    # more neurons removed -> fewer parameters
+    by_sparsity = sorted(rows, key=lambda t: t["dai.sparsity"])
+    assert [t["param_ratio"] for t in by_sparsity] == sorted(t["param_ratio"] for t in by_sparsity)
