@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,6 +48,11 @@ def _sweep_file(root: Path, model: Path) -> Path:
     return path
 
 
+def _ray_tmp() -> str:
+    """A short folder for Ray's session: its socket paths must stay under 107 bytes."""
+    return tempfile.mkdtemp(prefix="ray", dir="/tmp")
+
+
 def _tune(cfg: Path, *extra: str) -> list[str]:
     return [str(BIN / "dsprune"), "tune", "--config", str(cfg), *extra]
 
@@ -56,7 +62,7 @@ def sweep(tmp_path_factory, tiny_dirs):
     root = tmp_path_factory.mktemp("tune")
     cfg = _sweep_file(root, tiny_dirs["llama"])
     out = root / "sweep"
-    e = dict(env(), DSPRUNE_RAY_TMP=str(root / "ray_tmp"))
+    e = dict(env(), DSPRUNE_RAY_TMP=_ray_tmp())
     # 1. start the sweep; interrupt it (SIGINT, as Ctrl-C) once its first trial has finished
     log1 = open(root / "first.log", "w")
     proc = subprocess.Popen(_tune(cfg), env=e, stdout=log1, stderr=subprocess.STDOUT)
@@ -160,7 +166,7 @@ def test_optuna_multi_objective_sweep_over_dai_knobs(tmp_path, tiny_dirs):
         ]}
     cfg = tmp_path / "sweep.yaml"
     cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
-    r = subprocess.run(_tune(cfg), env=dict(env(), DSPRUNE_RAY_TMP=str(tmp_path / "ray_tmp")),
+    r = subprocess.run(_tune(cfg), env=dict(env(), DSPRUNE_RAY_TMP=_ray_tmp()),
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     s = json.loads((tmp_path / "sweep" / "summary.json").read_text())
