@@ -21,3 +21,9 @@ def cache_dir() -> Path:
     p = Path(os.environ.get("DSPRUNE_CACHE", REPO_ROOT / ".cache"))
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def ray_tmp_dir() -> Path:
+    """Ray's session folder; ``DSPRUNE_RAY_TMP`` overrides it. Short on purpose: Ray's socket paths inside it
+    must stay under 107 bytes."""
+    return Path(os.environ.get("DSPRUNE_RAY_TMP", "/tmp/dsprune-ray")).resolve()

@@ -19,6 +19,7 @@ from .. import formats
 from ..config import load_config_file
 from ..errors import DsPruneError
 from ..recipe import load_recipe, stage_options
+from ..settings import ray_tmp_dir
 from . import outcome, space
 
 SUMMARY = "summary.json"
@@ -204,7 +205,7 @@ def run(args: Args) -> dict:
 
     cpus = args.cpus or os.cpu_count() or 1
     ray.init(num_cpus=cpus, num_gpus=None if args.trial_gpus else 0, include_dashboard=False,
-             _temp_dir=str(Path(os.environ.get("DSPRUNE_RAY_TMP", "/tmp/dsprune-ray")).resolve()),
+             _temp_dir=str(ray_tmp_dir()),
              log_to_driver=True, ignore_reinit_error=True)
     try:
         trial_cpus = args.trial_cpus or cpus / args.max_concurrent
@@ -240,6 +241,7 @@ def _row(result, trial_id: str, stopped: bool, sweep: Sweep) -> dict:
     for k in dict.fromkeys(keep):
         row[k] = m.get(k) if final else None
     row["reports"] = m.get("training_iteration")
+    row["minutes"] = round(m["time_total_s"] / 60, 1) if m.get("time_total_s") is not None else None
     row["feasible"] = bool(m.get("feasible")) if final else None
     row["model"] = m.get("model") if final else None
     if result.error is not None:
@@ -313,7 +315,7 @@ def table(rows: list[dict], sweep: Sweep, best: dict | None) -> str:
     """A Markdown table of every trial, the best scores first among the finished ones, errors last."""
     cols = ["trial", *(p.name for p in sweep.params), sweep.metric,
             *[c for c in ("speedup", "param_ratio", "params") if any(r.get(c) is not None for r in rows)],
-            "feasible", "on_front", "reports", "status"]
+            "feasible", "on_front", "reports", "minutes", "status"]
     cols = list(dict.fromkeys(cols))
     sign = 1 if sweep.mode == "max" else -1
     order = {s: i for i, s in enumerate(STATUSES)}

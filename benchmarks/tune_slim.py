@@ -1,0 +1,73 @@
+"""Issue 7's real sweep: slimming ratio x λ on the dense SmolLM2 retriever, scored on scifact_small, costed by
+measured encoding speed-up; prints the trial table and keeps it with the front in ``benchmarks/results/``.
+
+    flock /tmp/dsprune-heavy.lock nohup .venv/bin/python benchmarks/tune_slim.py > out/tune_slim.log 2>&1 &
+
+Runs ``dsprune tune --config tuning/slim_smollm2.yaml`` (8 trials: 4 ratios x 2 λ; each a real DeepSpeed
+slimming stage shared by the trials with its λ, a global mask, an export, ``dsprune eval`` and ``dsprune
+bench``). Rerun it after an interruption: it continues the sweep with ``--resume`` (finished trials and
+stages are kept). The dense retriever comes from ``benchmarks/train_dense.py``, run first if missing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import BIN, REPO, sh  # noqa: E402
+
+sys.path.insert(0, str(REPO))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=str(REPO / "tuning" / "slim_smollm2.yaml"))
+    ap.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "tune_slim_smollm2"),
+                    help="where the table, summary and front are kept (committed)")
+    a = ap.parse_args()
+
+    from dsprune import formats
+    from dsprune.config import load_config_file
+    from dsprune.tune.sweep import FRONT, SUMMARY, TABLE, Args
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false", RAY_AUTH_MODE="disabled", PYTHONPATH=str(REPO),
+               TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions")))
+    cfg = Args(**load_config_file(a.config))
+    out = REPO / cfg.out
+    logs = REPO / "out" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    if not (REPO / "out" / "train_dense" / "run" / "model").is_dir():
+        sh([sys.executable, str(REPO / "benchmarks" / "train_dense.py")], logs / "train_dense.log", env)
+    cmd = [str(BIN / "dsprune"), "tune", "--config", a.config]
+    if (out / "ray" / cfg.name).is_dir():
+        cmd.append("--resume")
+    seconds = sh(cmd, logs / "tune_slim.log", env)
+
+    summary = formats.read_json(out / SUMMARY)
+    dest = Path(a.results)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copy(out / FRONT, tmp / FRONT)
+    table = (out / TABLE).read_text()
+    command = " ".join([sys.executable, *sys.argv])
+    note = ("SmolLM2-135M-Instruct (Q4_1 dequantised, standing in for a base model) trained into a dense retriever "
+            "by benchmarks/train_dense.py; scaled for 2 CPU cores as tuning/slim_smollm2.yaml says.")
+    (tmp / TABLE).write_text(f"# Sweep: {Path(a.config).name}\n\nMade by `{command}` "
+                             f"(this invocation: {seconds / 60:.1f} min).\n{note}\n\n{table}")
+    (tmp / SUMMARY).write_text(json.dumps({**summary, "command": command, "config": a.config}, indent=1,
+                                          default=str))
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.replace(dest)
+    print(table)
+    print(f"kept in {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
