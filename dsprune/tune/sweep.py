@@ -290,7 +290,9 @@ def summarise(rows: list[dict], sweep: Sweep, args: Args) -> dict:
     formats.write_json(out / SUMMARY, summary)
     _atomic_text(out / TABLE, table(rows, sweep, best))
     if any(r.get(x) is not None and r.get(sweep.metric) is not None for r in done):
-        plot_front(rows, sweep.metric, x, best, out / FRONT)
+        names = [p.name for p in sweep.params]
+        plot_front(rows, sweep.metric, x, best, out / FRONT,
+                   label=lambda r: " ".join(f"{n.split('.')[-1]}={_fmt(r.get(n))}" for n in names))
         summary["plot"] = str(out / FRONT)
     return summary
 
@@ -334,8 +336,9 @@ def table(rows: list[dict], sweep: Sweep, best: dict | None) -> str:
     return text
 
 
-def plot_front(rows: list[dict], y: str, x: str, best: dict | None, path: Path) -> Path:
-    """Every finished trial as a point (x = cost, y = score); the front joined, infeasible ones hollow."""
+def plot_front(rows: list[dict], y: str, x: str, best: dict | None, path: Path, label=None) -> Path:
+    """Every finished trial as a point (x = cost, y = score, labelled by its values); the front joined,
+    infeasible ones hollow."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -354,7 +357,8 @@ def plot_front(rows: list[dict], y: str, x: str, best: dict | None, path: Path) 
     if best:
         ax.scatter([best[x]], [best[y]], marker="*", s=180, color="#ddaa33", label="best", zorder=4)
     for r in pts:
-        ax.annotate(r["trial"][-5:], (r[x], r[y]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.annotate(label(r) if label else r["trial"], (r[x], r[y]), fontsize=6, xytext=(3, 3),
+                    textcoords="offset points")
     ax.set_xlabel(f"{x} — {outcome.METRICS[x][0]}" if x in outcome.METRICS else x, fontsize=8)
     ax.set_ylabel(y)
     ax.legend(fontsize=8)
