@@ -26,10 +26,9 @@ POLL_SECONDS = 0.5
 class Reporter:
     """Sends a trial's results to Ray and to its TensorBoard run, numbering them as iterations."""
 
-    def __init__(self, spec, trial_dir: Path):
+    def __init__(self, trial_dir: Path):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.spec = spec
         self.writer = SummaryWriter(str(trial_dir / "tensorboard"))
         self.iteration = 0
 
@@ -40,7 +39,7 @@ class Reporter:
         row = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool)) or v is None}
         row["final"] = final
         for k, v in row.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None:
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
                 self.writer.add_scalar(f"tune/{k}", v, self.iteration)
         self.writer.flush()
         tune.report(row)
@@ -127,7 +126,7 @@ def run_trial(config: dict, spec) -> None:
     trial_dir = Path(spec.out) / "trials" / tune.get_context().get_trial_id()
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / "config.json").write_text(json.dumps(config, indent=1, default=str))
-    reporter = Reporter(spec, trial_dir)
+    reporter = Reporter(trial_dir)
     watcher = Watcher(reporter, trial_dir / "logs", spec.metric)
     try:
         try:
