@@ -26,6 +26,7 @@ from typing import Callable
 
 from . import formats
 from .config import load_config_file
+from .distributed import free_port
 from .errors import DsPruneError
 from .settings import REPO_ROOT, shared_dir
 
@@ -159,9 +160,10 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
         folders[stage.name] = str(folder)
         with _stage_lock(folder):
             stamp = folder / STAMP
-            if not force and stamp.is_file() and json.loads(stamp.read_text()).get("fingerprint") == fp:
+            done = json.loads(stamp.read_text()) if not force and stamp.is_file() else {}
+            if done.get("fingerprint") == fp:
                 print(f"[{stage.name}] reused ({folder})")
-                report[stage.name] = {"status": "reused", "folder": str(folder), **json.loads(stamp.read_text())}
+                report[stage.name] = {"status": "reused", "folder": str(folder), **done}
                 if on_reuse:
                     on_reuse(folder)
                 continue
@@ -198,15 +200,6 @@ def _execute(cmd: list[str], folder: Path) -> int:
     return subprocess.run(cmd, env=dict(os.environ)).returncode
 
 
-def _free_port() -> int:
-    """A free local port, so launcher stages of concurrent runs (sweep trials) never share a rendezvous."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_stage(stage: Stage, args: dict, folder: Path, execute: Execute) -> None:
     args = dict(args)
     if stage.command:
@@ -221,7 +214,7 @@ def _run_stage(stage: Stage, args: dict, folder: Path, execute: Execute) -> None
             args["resume"] = True
         elif stage.launcher == "train" and folder.exists() and not args.get("resume"):
             args["overwrite"] = True  # a stale, unfinished folder of this stage
-        port = [] if "--master_port" in stage.deepspeed_args else ["--master_port", str(_free_port())]
+        port = [] if "--master_port" in stage.deepspeed_args else ["--master_port", str(free_port())]
         cmd = ["deepspeed", "--num_gpus", str(stage.num_gpus), *port, *stage.deepspeed_args,
                str(REPO_ROOT / "launchers" / f"{stage.launcher}.py"), *_argv(args)]
         bindir = Path(sys.executable).parent

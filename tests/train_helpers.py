@@ -5,11 +5,12 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from dsprune.distributed import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "launchers" / "train.py"
@@ -54,12 +55,6 @@ def write_beir(folder: Path, split: str = "test") -> Path:
     (folder / "qrels" / f"{split}.tsv").write_text(
         "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(len(TOPICS))))
     return folder
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def env() -> dict:

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Callable
 import torch
 
 from .. import formats
+from ..distributed import free_port
 from ..encoder import Encoder, EncoderConfig
 from ..errors import DsPruneError
 from ..losses import info_nce, kl_distill
@@ -149,11 +149,8 @@ def _init_process_group(args: TrainArgs):
     import deepspeed
 
     if "RANK" not in os.environ:  # plain python: a one-rank group
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(port))
+                          MASTER_PORT=str(free_port()))
     deepspeed.init_distributed(dist_backend=None if args.backend == "auto" else args.backend)
     import torch.distributed as dist
     rank, world = dist.get_rank(), dist.get_world_size()
