@@ -23,9 +23,7 @@ import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

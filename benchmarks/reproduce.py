@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, REPO, sh  # noqa: E402
+from _common import REPO, sh  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 

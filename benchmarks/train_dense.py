@@ -20,9 +20,7 @@ import importlib.util
 import json
 import os
 import random
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

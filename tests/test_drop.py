@@ -1,6 +1,5 @@
 """Drop plans and surgery: exactly the chosen sub-layers go, impossible requests fail with the option named."""
 import pytest
-import torch
 
 from dsprune.errors import DsPruneError
 from dsprune.importance.drop_plan import DropRequest, plan_iterative, plan_one_shot

@@ -1,5 +1,4 @@
 """Masks: exact sparsity, one path for every method, structured neurons, export, holding during retraining."""
-import json
 
 import pytest
 import torch

@@ -1,7 +1,6 @@
 """`dsprune mine`: hard negatives from a BEIR train split, in the training group format."""
 import json
 
-import pytest
 
 from dsprune.cli import main
 from dsprune.train.data import load_groups

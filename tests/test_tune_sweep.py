@@ -8,7 +8,6 @@ constraint on the parameter ratio makes one finished trial infeasible.
 import json
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path

@@ -13,8 +13,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import torch
-
 from .. import formats
 from ..data import load_beir
 from ..encoder import Encoder

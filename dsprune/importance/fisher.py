@@ -34,7 +34,6 @@ RSS before the model was loaded (the libraries' share, ~0.4 GB here) as a multip
 """
 from __future__ import annotations
 
-import resource
 from dataclasses import dataclass, field
 
 import torch
@@ -201,17 +200,3 @@ def accumulate(runner: LocalRunner, triplets: list[Triplet], temperature: float 
         stats.grad[n].div_(stats.n)
     stats.loss = sum(stats.losses) / stats.n
     return stats
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak resident set size (Linux reports KiB)."""
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def current_rss_bytes() -> int:
-    """This process's resident set size now (the libraries' share, before a model is loaded)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * resource.getpagesize()
-    except OSError:
-        return peak_rss_bytes()

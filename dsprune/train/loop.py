@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import shutil
 import time
@@ -28,6 +27,7 @@ from ..distributed import free_port
 from ..encoder import Encoder, EncoderConfig
 from ..errors import DsPruneError
 from ..losses import info_nce, kl_distill
+from ..memory import peak_rss_bytes
 from . import lora as lora_mod
 from .arguments import TrainArgs, as_mapping, resolve_path, validate
 from .data import Collator, Schedule, load_groups
@@ -370,7 +370,8 @@ def train(args: TrainArgs, hooks: Hooks | None = None) -> dict | None:
     export_dir = None
     if args.export:
         export_dir = _export(engine, args, hooks, rank, device, out, params_total)
-    dist.barrier()
+    peak_rss = [None] * world
+    dist.all_gather_object(peak_rss, round(peak_rss_bytes() / 2**30, 2))
     if rank != 0:
         return None
     writer.close()
@@ -379,7 +380,8 @@ def train(args: TrainArgs, hooks: Hooks | None = None) -> dict | None:
                "queries_per_s": round(steps_done * schedule.global_batch / max(train_seconds, 1e-9), 3),
                "tokens_per_s": round(tokens_done / max(train_seconds, 1e-9), 1),
                "first_loss": log_rows[0]["loss"] if log_rows else None,
-               "final_loss": log_rows[-1]["loss"] if log_rows else None}
+               "final_loss": log_rows[-1]["loss"] if log_rows else None,
+               "peak_rss_gb_per_rank": peak_rss}
     if last_eval:
         figures["eval"] = {**last_eval, "task": str(args.eval_task), "split": args.eval_split}
     inputs = {"model": args.model, "train_data": list(args.train_data), "teacher": args.teacher,
@@ -440,7 +442,7 @@ def gathered_state(engine, rank: int) -> dict[str, torch.Tensor]:
 
 def _export(engine, args: TrainArgs, hooks: Hooks, rank: int, device: str, out: Path, params_before: int):
     """Rebuild the model on rank 0, load the trained weights, merge LoRA, write a dsprune export."""
-    from ..surgery.prune import count_params, export
+    from ..surgery.prune import export
 
     sd = gathered_state(engine, rank)
     if rank != 0:
