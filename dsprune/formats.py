@@ -253,8 +253,8 @@ def mlp_key(layer: int) -> str:
 
 
 # ---- results.json / bench.json -----------------------------------------------------------------------
-# results.json: {"model": dir, "tasks": {task: {"ndcg_at_10": x, "recall_at_100": y, ...,
-#                 "per_query": {"ndcg_at_10": {qid: v}}}}, ...}
+# results.json: {"model": dir, "tasks": {task: {"type": ..., "main_score": x, "main_metric": ..., "scores": {...},
+#                 retrieval only: "ndcg_at_10": x, "recall_at_100": y, "per_query": {"ndcg_at_10": {qid: v}}}}, ...}
 # bench.json:   {"model": dir, "baseline": dir, "query": {...}, "document": {...}, "params": ..., "flops": ...}
 
 def write_results(folder: str | os.PathLike, doc: dict) -> None:

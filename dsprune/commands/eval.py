@@ -1,8 +1,9 @@
-"""``dsprune eval``: score a model on retrieval tasks through mteb, and optionally its embedding geometry.
+"""``dsprune eval``: score a model on retrieval, classification and STS tasks through mteb, and optionally
+its embedding geometry.
 
-Writes ``results.json`` (scores, per-query nDCG@10 for paired comparisons, the model's fingerprint) beside
-a copy of the model's manifest, in a fresh output folder. Nothing is cached between runs: a score always
-belongs to the checkpoint whose fingerprint sits next to it.
+Writes ``results.json`` (main scores, per-query nDCG@10 of retrieval tasks for paired comparisons, the
+model's fingerprint) beside a copy of the model's manifest, in a fresh output folder. Nothing is cached
+between runs: a score always belongs to the checkpoint whose fingerprint sits next to it.
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ class Args:
     model: str = field(metadata={"help": "model folder (HF, sentence-transformers, dsprune export) or .gguf"})
     out: str = field(metadata={"help": "output folder for results.json"})
     task: list[str] = field(default_factory=list, metadata={
-        "help": "NAME (mteb/dsprune task or suite: beir13, finmteb, chemteb) or NAME=FOLDER (local BEIR folder)"})
+        "help": "NAME (mteb/dsprune task or suite: beir13, finmteb, chemteb) or NAME=FOLDER (local folder: BEIR for "
+                "retrieval, train/<split>.jsonl of text+label for classification, <split>.jsonl of "
+                "sentence1+sentence2+score for STS)"})
     split: Optional[str] = field(default=None, metadata={"help": "split (default: test, or the task's own)"})
     batch_size: int = 32
     max_length: Optional[int] = field(default=None, metadata={"help": "override the encoder's max_length"})
@@ -30,7 +33,7 @@ class Args:
     threads: Optional[int] = field(default=None, metadata={"help": "torch threads (default: leave as is)"})
     geometry: bool = field(default=False, metadata={"help": "also compute embedding geometry metrics"})
     geometry_data: Optional[str] = field(default=None, metadata={
-        "help": "BEIR folder for geometry pairs (default: the first local task's folder)"})
+        "help": "BEIR folder for geometry pairs (default: the first local retrieval task's folder)"})
     geometry_samples: int = 1000
     reference: Optional[str] = field(default=None, metadata={
         "help": "reference model for geometry's cosine-to-reference (e.g. the unpruned model)"})
@@ -70,10 +73,12 @@ def run(args: Args) -> int:
     if dup:
         raise DsPruneError(f"task(s) given twice: {', '.join(dup)}")
     loaded = evaluate.load_tasks(specs)          # bad data fails here, before the model loads
-    geo_folder = args.geometry_data or next((str(s.folder) for s in specs if s.folder), None)
+    beir = [s for s in specs if s.folder and s.type == "Retrieval"]
+    geo_folder = args.geometry_data or next((str(s.folder) for s in beir), None)
     if args.geometry and geo_folder is None:
-        raise DsPruneError("--geometry needs a BEIR folder: pass --geometry_data FOLDER or a NAME=FOLDER task")
-    geo_split = args.split or next((s.split for s in specs if s.folder), "test")
+        raise DsPruneError("--geometry needs a BEIR folder: pass --geometry_data FOLDER or a NAME=FOLDER "
+                           "retrieval task")
+    geo_split = args.split or next((s.split for s in beir), "test")
     pairs = geometry.pairs_from_beir(geo_folder, geo_split, args.geometry_samples) if args.geometry else None
 
     weights_dir = model_dir.parent if str(model_dir).endswith(".gguf") else model_dir
@@ -108,7 +113,7 @@ def run(args: Args) -> int:
     if geo is not None:
         doc["geometry"] = geo
     figures = {n: {"ndcg_at_10": r.get("ndcg_at_10"), "recall_at_100": r.get("recall_at_100"),
-                   "main_score": r["main_score"]} for n, r in results.items()}
+                   "main_score": r["main_score"], "main_metric": r["main_metric"]} for n, r in results.items()}
     with formats.output_dir(out, args.overwrite) as tmp:
         formats.write_results(tmp, doc)
         if manifest_src.is_file():
@@ -122,12 +127,14 @@ def run(args: Args) -> int:
 
 
 def table(results: dict, geo: dict | None = None) -> str:
-    rows = [f"{'task':<24} {'split':<6} {'queries':>7} {'nDCG@10':>8} {'R@100':>7} {'main':>7}  source"]
+    """One row per task: nDCG@10 and R@100 for retrieval, the main score (and its metric) for every task."""
+    rows = [f"{'task':<24} {'type':<14} {'split':<6} {'queries':>7} {'nDCG@10':>8} {'R@100':>7} {'main':>7} "
+            f"{'metric':<15}  source"]
     for name, r in results.items():
         nd, rc = r.get("ndcg_at_10"), r.get("recall_at_100")
-        rows.append(f"{name:<24} {r['split']:<6} {r.get('num_queries', ''):>7} "
+        rows.append(f"{name:<24} {r.get('type', ''):<14} {r['split']:<6} {r.get('num_queries', ''):>7} "
                     f"{'' if nd is None else f'{nd:.4f}':>8} {'' if rc is None else f'{rc:.4f}':>7} "
-                    f"{r['main_score']:>7.4f}  {r['source']}")
+                    f"{r['main_score']:>7.4f} {r.get('main_metric', ''):<15}  {r['source']}")
     if geo:
         keys = ("uniformity", "alignment", "cross_dim_correlation", "effective_dim", "isotropy",
                 "cosine_to_reference")

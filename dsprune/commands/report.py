@@ -45,7 +45,7 @@ def run(args: Args) -> int:
         ref = match[0]
     table = compare.compare(entries, ref, args.samples, args.seed)
     md = compare.markdown(table)
-    has_speed = any(r["speed"] for r in table["rows"])
+    has_speed = any(r["speed"] for r in table["rows"]) and bool(table["tasks"])   # plot: nDCG@10 vs speed
     with formats.output_dir(args.out, args.overwrite) as tmp:
         formats.write_json(tmp / "report.json", table)
         (tmp / "report.md").write_text(md + "\n")
@@ -56,5 +56,5 @@ def run(args: Args) -> int:
                                {r["label"]: r["mean"] for r in table["rows"]})
     print(md)
     print(f"wrote {Path(args.out) / 'report.md'}" + (f" and {Path(args.out) / 'quality_vs_speed.png'}"
-                                                      if has_speed else " (no bench files: no plot)"))
+                                                      if has_speed else " (no plot: needs bench files and nDCG@10)"))
     return 0

@@ -1,5 +1,8 @@
 """Run resolved tasks through mteb and keep what the report needs: main scores and per-query nDCG@10.
 
+Retrieval, Classification and STS tasks all run; the main score is mteb's (nDCG@10, accuracy,
+cosine Spearman), and only retrieval has per-query scores.
+
 Data of every task is loaded (and validated) before the first text is encoded, so a bad qrels line or an
 unreachable hub fails in seconds. Per-query scores come from mteb's own evaluator (pytrec_eval): the report
 compares models query by query (paired bootstrap), which needs the same queries' scores for each model.
@@ -29,7 +32,7 @@ def load_tasks(specs: list[TaskSpec]) -> list:
             if spec.folder is None:
                 raise DsPruneError(f"task {spec.name}: cannot load mteb task {spec.mteb_name} from the Hugging Face "
                                    f"hub ({type(e).__name__}: {str(e)[:200]}); pass {spec.name}=FOLDER for a "
-                                   "local BEIR copy") from None
+                                   "local copy") from None
             raise
         tasks.append(task)
     return tasks
@@ -58,6 +61,10 @@ def run(model, specs: list[TaskSpec], tasks: list | None = None, batch_size: int
     tasks = tasks if tasks is not None else load_tasks(specs)
     out = {}
     for spec, task in zip(specs, tasks):
+        # the encoder sees mteb's task name, which differs from dsprune's for some FinMTEB tasks
+        mteb_name = task.metadata.name
+        if hasattr(model, "instructions") and model.instructions.get(mteb_name) is None:
+            model.instructions[mteb_name] = spec.instruction
         store = _capture_per_query(task) if hasattr(task, "task_specific_scores") else {}
         result = mteb.evaluate(model, task, cache=None, encode_kwargs={"batch_size": batch_size},
                                show_progress_bar=False, overwrite_strategy="always")
@@ -72,7 +79,7 @@ def run(model, specs: list[TaskSpec], tasks: list | None = None, batch_size: int
                   and math.isfinite(float(v))}
         entry = {"type": spec.type, "source": spec.source, "split": spec.split,
                  "instruction": spec.instruction,
-                 "query_prompt": model._view(spec.name).config.task_prompts[spec.name]
+                 "query_prompt": model._view(mteb_name).config.task_prompts[mteb_name]
                  if hasattr(model, "_view") else None,
                  "main_score": float(subset.get("main_score", scores.get("ndcg_at_10", float("nan")))),
                  "main_metric": task.metadata.main_score,

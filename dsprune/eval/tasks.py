@@ -3,9 +3,11 @@
 The papers evaluate on the 13 BEIR datasets of EffiR Table 7, ChemTEB (in mteb) and FinMTEB (not in mteb).
 Here one resolver turns what a user types into mteb tasks:
 
-- ``NAME=FOLDER`` is always a local BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``),
-  read by ``dsprune.data.load_beir`` (line-numbered errors) and handed to mteb as an ``AbsTaskRetrieval``.
-  When NAME is a task dsprune or mteb knows, that task's query instruction comes along.
+- ``NAME=FOLDER`` is a local folder. Its task type is NAME's when dsprune or mteb knows NAME (FinMTEB and
+  ChemTEB tables, mteb metadata), else what the folder's layout says: a BEIR folder (``corpus.jsonl``,
+  ``queries.jsonl``, ``qrels/<split>.tsv``, read by ``dsprune.data.load_beir``) becomes an
+  ``AbsTaskRetrieval``; Classification and STS folders (``local_tasks``) an ``AbsTaskClassification`` or
+  ``AbsTaskSTS``. When NAME is a task dsprune or mteb knows, that task's query instruction comes along.
 - a bare ``NAME`` is a suite (``beir13``, ``finmteb``, ``chemteb``), a dsprune-defined task (the BEIR-13 short
   names and the shared data sets, read from the shared data folder when it holds them; FinMTEB tasks) or an
   mteb registry task (data from the Hugging Face hub, so only where the hub is reachable).
@@ -18,6 +20,7 @@ from pathlib import Path
 from ..data import load_beir
 from ..errors import DsPruneError
 from ..settings import data_dir
+from . import local_tasks
 
 # EffiR Table 7 (Appendix A.3): dsprune short name -> mteb task name.
 BEIR13 = {
@@ -121,7 +124,7 @@ class TaskSpec:
 
     name: str
     type: str = "Retrieval"
-    folder: Path | None = None        # local BEIR folder, else the mteb registry task ``mteb_name``
+    folder: Path | None = None        # local folder, else the mteb registry task ``mteb_name``
     mteb_name: str | None = None
     instruction: str | None = None
     split: str = "test"
@@ -147,6 +150,16 @@ def instruction_for(name: str) -> str | None:
     return meta.prompt if isinstance(meta.prompt, str) else meta.prompt.get("query")
 
 
+def type_for(name: str) -> str | None:
+    """The task type a name stands for: dsprune's tables first, then mteb's metadata (None: unknown name)."""
+    if name in FINMTEB:
+        return FINMTEB[name].type
+    if name in BEIR13 or name in SHARED:
+        return "Retrieval"
+    meta = _mteb_metadata(name)
+    return meta.type if meta is not None else None
+
+
 def _mteb_metadata(name: str):
     import mteb
     try:
@@ -161,10 +174,21 @@ def resolve(spec: str, split: str | None = None) -> list[TaskSpec]:
         name, folder = spec.split("=", 1)
         if not name or not folder:
             raise DsPruneError(f"task {spec!r}: expected NAME=FOLDER")
-        folder = Path(folder).expanduser()
+        folder, split = Path(folder).expanduser(), split or "test"
+        known = type_for(name)
+        known = known if known in local_tasks.LAYOUT else None
         if not folder.is_dir():
-            raise DsPruneError(f"task {name}: BEIR folder not found: {folder}")
-        return [TaskSpec(name, folder=folder, instruction=instruction_for(name), split=split or "test")]
+            raise DsPruneError(f"task {name}: {'BEIR' if known in (None, 'Retrieval') else known} folder not "
+                               f"found: {folder}")
+        layout = local_tasks.folder_type(folder, split)
+        if known and layout and layout != known:
+            raise DsPruneError(f"task {name} is a {known} task, but {folder} holds a {layout} folder "
+                               f"(expected {local_tasks.LAYOUT[known]})")
+        type_ = known or layout
+        if type_ is None:
+            raise DsPruneError(f"task {name}: cannot tell the task type of {folder}; expected one of: " +
+                               "; ".join(f"{t}: {lay}" for t, lay in local_tasks.LAYOUT.items()))
+        return [TaskSpec(name, type=type_, folder=folder, instruction=instruction_for(name), split=split)]
     name = spec
     if name.lower() in SUITES:
         return [t for n in SUITES[name.lower()] for t in resolve(n, split)]
@@ -179,7 +203,7 @@ def resolve(spec: str, split: str | None = None) -> list[TaskSpec]:
         ft = FINMTEB[name]
         if ft.mteb_name is None:
             raise DsPruneError(f"task {name}: FinMTEB is not in mteb and dsprune knows no download for it; "
-                               f"pass {name}=FOLDER with a local copy in BEIR layout")
+                               f"pass {name}=FOLDER with a local copy ({local_tasks.LAYOUT[ft.type]})")
         return [_registry(name, ft.mteb_name, split, ft.instruction, ft.type)]
     if name in CHEMTEB:
         return [_registry(name, name, split, CHEMTEB[name])]
@@ -192,7 +216,7 @@ def _registry(name: str, mteb_name: str, split: str | None, instruction: str | N
     if meta is None:
         known = ", ".join(sorted(SUITES) + sorted(BEIR13) + sorted(SHARED))
         raise DsPruneError(f"unknown task {name!r}: not a dsprune task ({known}, the FinMTEB and ChemTEB "
-                           f"names) nor an mteb task; for a local BEIR folder write {name}=FOLDER")
+                           f"names) nor an mteb task; for a local folder write {name}=FOLDER")
     if instruction is None and meta.prompt:
         instruction = meta.prompt if isinstance(meta.prompt, str) else meta.prompt.get("query")
     if split is not None and split not in meta.eval_splits:
@@ -236,25 +260,25 @@ def _local_task_class():
 
 
 def build_task(spec: TaskSpec):
-    """The mteb task object for a spec; local folders become an ``AbsTaskRetrieval`` subclass."""
+    """The mteb task object for a spec; a local folder becomes a subclass of mteb's task for its type."""
     if spec.folder is None:
         import mteb
         task = mteb.get_task(spec.mteb_name, eval_splits=[spec.split])
         return task
     from mteb.abstasks.task_metadata import TaskMetadata
 
-    base = _local_task_class()
+    base = _local_task_class() if spec.type == "Retrieval" else local_tasks.task_class(spec.type)
     metadata = TaskMetadata(
         name=spec.name,
-        description=f"Local BEIR folder {spec.folder}",
+        description=f"Local {spec.type} folder {spec.folder}",
         reference=None,
         dataset={"path": str(spec.folder), "revision": "local"},
-        type="Retrieval",
-        category="t2t",
+        type=spec.type,
+        category=local_tasks.CATEGORY[spec.type],
         modalities=["text"],
         eval_splits=[spec.split],
         eval_langs=["eng-Latn"],
-        main_score="ndcg_at_10",
+        main_score=local_tasks.MAIN_SCORE[spec.type],
         prompt={"query": spec.instruction} if spec.instruction else None,
     )
     cls = type(f"Local_{abs(hash(spec.name))}", (base,), {"metadata": metadata})

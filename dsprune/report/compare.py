@@ -1,7 +1,8 @@
 """One comparison table over several evaluated models, each difference to the reference with a paired CI.
 
 Reads ``results.json`` (per-query nDCG@10) and ``bench.json`` files; a bench is matched to a result by the
-model fingerprint both record, so a speed-up is never attached to a different checkpoint's score.
+model fingerprint both record, so a speed-up is never attached to a different checkpoint's score. Tasks
+without per-query scores (classification, STS) are listed with their main score only: no paired interval.
 """
 from __future__ import annotations
 
@@ -73,11 +74,13 @@ def load_entries(results: list[str], benches: list[str], labels: list[str] | Non
 
 
 def compare(entries: list[Entry], reference: int = 0, samples: int = 2000, seed: int = 0) -> dict:
-    """Per task and on average: each model's nDCG@10 and its difference to the reference with a paired CI."""
+    """Per task and on average: each model's nDCG@10 and its difference to the reference with a paired CI;
+    tasks without per-query scores (``other``) carry each model's main score only."""
     ref = entries[reference]
     tasks = [t for t in ref.results["tasks"] if "per_query" in ref.results["tasks"][t]]
-    if not tasks:
-        raise DsPruneError(f"{ref.path}: the reference has no task with per-query scores")
+    other = [t for t in ref.results["tasks"] if t not in tasks]
+    if not tasks and not other:
+        raise DsPruneError(f"{ref.path}: the reference has no task")
     rows = []
     for e in entries:
         row = {"label": e.label, "model": e.results.get("model"), "fingerprint": e.fingerprint,
@@ -94,12 +97,20 @@ def compare(entries: list[Entry], reference: int = 0, samples: int = 2000, seed:
                 cell["delta"] = paired_bootstrap(a, b, samples, seed)
             row["tasks"][t] = cell
             pairs.append((a, b))
-        complete = len(pairs) == len(tasks)
+        complete = bool(tasks) and len(pairs) == len(tasks)
         row["mean"] = (sum(row["tasks"][t]["score"] for t in tasks) / len(tasks)) if complete else None
         if complete and e is not ref:
             row["mean_delta"] = paired_bootstrap_tasks(pairs, samples, seed)
+        row["other"] = {t: _main(e.results["tasks"].get(t)) for t in other}
         rows.append(row)
-    return {"reference": ref.label, "metric": METRIC, "tasks": tasks, "rows": rows, "samples": samples}
+    return {"reference": ref.label, "metric": METRIC, "tasks": tasks, "other": other, "rows": rows,
+            "samples": samples}
+
+
+def _main(r: dict | None) -> dict | None:
+    if r is None or r.get("main_score") is None:
+        return None
+    return {"score": r["main_score"], "metric": r.get("main_metric")}
 
 
 def markdown(table: dict) -> str:
@@ -130,4 +141,13 @@ def markdown(table: dict) -> str:
     lines.append(f"nDCG@10; in brackets the difference to **{table['reference']}** with its 95 % paired bootstrap "
                  f"interval over queries ({table['samples']} resamples). Speed-ups are measured in one run of "
                  "`dsprune bench` against its baseline.")
+    other = table.get("other") or []
+    if other:
+        metrics = {t: next((r["other"][t]["metric"] for r in table["rows"] if r["other"].get(t)), "") for t in other}
+        lines += ["", "| model | " + " | ".join(f"{t} ({metrics[t]})" for t in other) + " |",
+                  "|" + "---|" * (len(other) + 1)]
+        for r in table["rows"]:
+            lines.append("| " + " | ".join([r["label"], *("–" if r["other"][t] is None else
+                                                          f"{r['other'][t]['score']:.4f}" for t in other)]) + " |")
+        lines += ["", "Tasks without per-query scores (classification, STS): mteb's main score, no interval."]
     return "\n".join(lines)
