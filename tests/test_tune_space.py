@@ -120,6 +120,20 @@ def test_pareto_front_by_hand():
     assert outcome.pareto_front(rows, {"s": "max", "c": "min"}) == [3]
 
 
+def test_eval_metrics_count_classification_and_sts_by_their_main_score(tmp_path):
+    from dsprune import formats
+    formats.write_json(tmp_path / formats.RESULTS, {"tasks": {
+        "sci": {"type": "Retrieval", "main_score": 0.5, "ndcg_at_10": 0.5, "recall_at_100": 0.9},
+        "sent": {"type": "Classification", "main_score": 0.8},
+        "sts": {"type": "STS", "main_score": -0.2}}})
+    m = outcome.eval_metrics(tmp_path)
+    assert m["ndcg_at_10"] == 0.5 and m["recall_at_100"] == 0.9  # retrieval-only metrics skip the others
+    assert m["main_score"] == pytest.approx((0.5 + 0.8 - 0.2) / 3)
+    assert m["main_score/sent"] == 0.8 and "ndcg_at_10/sent" not in m
+    sweep = build(_args(metric="main_score"))
+    assert sweep.judge(m) == {"feasible": True, "objective": pytest.approx(1.1 / 3)}
+
+
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "tuning").glob("*.yaml")),
                          ids=lambda p: p.name)
 def test_shipped_sweeps_are_valid(path):

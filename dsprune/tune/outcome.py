@@ -18,6 +18,8 @@ from ..errors import DsPruneError
 METRICS = {
     "ndcg_at_10": ("mean nDCG@10 over the last eval stage's tasks", 0.0, 1.0),
     "recall_at_100": ("mean recall@100 over the last eval stage's tasks", 0.0, 1.0),
+    "main_score": ("mean of each task's own main score (nDCG@10, accuracy, Spearman) over the last eval "
+                   "stage's tasks, so classification and STS tasks count too", -1.0, 1.0),
     "speedup": ("document encoding speed-up over the bench baseline (measured)", 0.0, None),
     "query_speedup": ("query encoding speed-up over the bench baseline (measured)", 0.0, None),
     "flop_ratio": ("baseline / model FLOPs per document token", 0.0, None),
@@ -25,7 +27,7 @@ METRICS = {
     "params": ("model parameters", 0.0, None),
 }
 # which stage command produces a metric
-SOURCE = {"ndcg_at_10": "eval", "recall_at_100": "eval", "speedup": "bench", "query_speedup": "bench",
+SOURCE = {"ndcg_at_10": "eval", "recall_at_100": "eval", "main_score": "eval", "speedup": "bench", "query_speedup": "bench",
           "flop_ratio": "bench", "param_ratio": "bench", "params": "bench"}
 
 
@@ -39,8 +41,10 @@ def eval_metrics(folder: str | Path) -> dict:
     doc = formats.read_json(Path(folder) / formats.RESULTS, "eval results")
     tasks = doc["tasks"]
     out = {"ndcg_at_10": _mean([t.get("ndcg_at_10") for t in tasks.values()]),
-           "recall_at_100": _mean([t.get("recall_at_100") for t in tasks.values()])}
-    out.update({f"ndcg_at_10/{name}": t.get("ndcg_at_10") for name, t in tasks.items()})
+           "recall_at_100": _mean([t.get("recall_at_100") for t in tasks.values()]),
+           "main_score": _mean([t.get("main_score") for t in tasks.values()])}
+    out.update({f"ndcg_at_10/{name}": t.get("ndcg_at_10") for name, t in tasks.items() if "ndcg_at_10" in t})
+    out.update({f"main_score/{name}": t.get("main_score") for name, t in tasks.items()})
     return out
 
 
