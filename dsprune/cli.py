@@ -20,7 +20,7 @@ COMMANDS = {
     "dai": ("dsprune.commands.dai", "GAPrune per-sample Fisher, gradient alignment and DAI scores"),
     "prune": ("dsprune.commands.prune", "build a mask: dai|magnitude|fisher|random|wanda, unstructured or neurons"),
     "export": ("dsprune.commands.export", "apply a mask (zeros or removed neurons) and export the model"),
-    "eval": ("dsprune.commands.eval", "retrieval scores through mteb (NAME or NAME=BEIR_FOLDER), geometry"),
+    "eval": ("dsprune.commands.eval", "mteb retrieval, classification, STS (NAME or NAME=FOLDER), geometry"),
     "bench": ("dsprune.commands.bench", "encoding speed-up vs a baseline, FLOP ratio, retrieval latency"),
     "report": ("dsprune.commands.report", "compare results with paired bootstrap CIs; quality-vs-speed plot"),
     "mine": ("dsprune.commands.mine", "hard negatives for a BEIR train split -> training groups (JSONL)"),

@@ -52,10 +52,11 @@ def parse_args(cls: type[T], argv: Sequence[str] | None = None, prog: str | None
         raise DsPruneError(f"unknown option(s) in config: {', '.join(unknown)} (known: {', '.join(sorted(names))})")
     parser = HfArgumentParser(cls, prog=prog)
     parser.set_defaults(**file_defaults)
-    # Required fields given in the file are no longer required on the command line.
     for action in parser._actions:
-        if action.dest in file_defaults:
+        if action.dest in file_defaults:  # given in the file: no longer required on the command line
             action.required = False
+        if action.help:  # help texts are prose ("~30% more"), argparse would read % as a format directive
+            action.help = action.help.replace("%", "%%").replace("%%(default)s", "%(default)s")
     try:
         (args,) = parser.parse_args_into_dataclasses(args=argv)
     except ValueError as e:  # unknown flags: one clear line, not a traceback
