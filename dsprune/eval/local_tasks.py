@@ -1,4 +1,4 @@
-"""Local Classification and STS folders as mteb tasks: FinMTEB's non-retrieval half without the hub.
+"""Local folders as mteb tasks (BEIR retrieval, Classification, STS): FinMTEB without the hub.
 
 GAPrune Appendix B evaluates on FinMTEB, whose 8 classification and 2 STS tasks are not in mteb, so each must
 be readable from a folder on disk. One JSON object per line:
@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..data import load_beir
 from ..errors import DsPruneError
 from ..formats import iter_jsonl
 
@@ -116,48 +117,67 @@ def read_sts(folder: Path, split: str) -> tuple[list[str], list[str], list[float
     return [a for a, _, _ in rows], [b for _, b, _ in rows], scores
 
 
+class _FromFolder:
+    """An mteb task whose data is read from ``spec.folder`` once; a subclass only says how (``fill``)."""
+
+    def __init__(self, spec, **kw):
+        self.spec = spec
+        super().__init__(**kw)
+
+    def load_data(self, num_proc=None, **kwargs) -> None:
+        if not self.data_loaded:
+            self.fill()
+            self.data_loaded = True
+
+
 def task_class(type_: str):
     """The mteb base class with ``load_data`` reading a local folder (mteb imported only when asked)."""
     from datasets import Dataset, DatasetDict
 
+    if type_ == "Retrieval":
+        from mteb.abstasks.retrieval import AbsTaskRetrieval
+        from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
+
+        class LocalBeirRetrieval(_FromFolder, AbsTaskRetrieval):
+            """A BEIR folder on disk as an mteb retrieval task (no hub)."""
+
+            def fill(self) -> None:
+                split = load_beir(self.spec.folder, self.spec.split)
+                ids = list(split.corpus_rows)
+                corpus = Dataset.from_dict({
+                    "id": ids,
+                    "title": [(split.corpus_rows[i].get("title") or "") for i in ids],
+                    "text": [(split.corpus_rows[i].get("text") or "") for i in ids]})
+                qids = list(split.queries)
+                queries = Dataset.from_dict({"id": qids, "text": [split.queries[q] for q in qids]})
+                self.dataset = {"default": {self.spec.split: RetrievalSplitData(
+                    corpus=corpus, queries=queries, relevant_docs=split.qrels, top_ranked=None)}}
+
+        return LocalBeirRetrieval
     if type_ == "Classification":
         from mteb.abstasks.classification import AbsTaskClassification
 
-        class LocalClassification(AbsTaskClassification):
+        class LocalClassification(_FromFolder, AbsTaskClassification):
             """A Classification folder on disk as an mteb task (no hub)."""
 
-            def __init__(self, spec, **kw):
-                self.spec = spec
-                super().__init__(**kw)
-
-            def load_data(self, num_proc=None, **kwargs) -> None:
-                if self.data_loaded:
-                    return
+            def fill(self) -> None:
                 splits, self.label_names = read_classification(self.spec.folder, self.spec.split)
                 self.dataset = DatasetDict({name: Dataset.from_dict({"text": texts, "label": labels})
                                             for name, (texts, labels) in splits.items()})
-                self.data_loaded = True
 
         return LocalClassification
     if type_ == "STS":
         from mteb.abstasks.sts import AbsTaskSTS
 
-        class LocalSTS(AbsTaskSTS):
+        class LocalSTS(_FromFolder, AbsTaskSTS):
             """An STS folder on disk as an mteb task (no hub); gold scores may use any range."""
 
-            def __init__(self, spec, **kw):
-                self.spec = spec
-                super().__init__(**kw)
-
-            def load_data(self, num_proc=None, **kwargs) -> None:
-                if self.data_loaded:
-                    return
+            def fill(self) -> None:
                 s1, s2, scores = read_sts(self.spec.folder, self.spec.split)
                 # mteb rescales gold scores by (min, max); correlations do not change under it
                 self.min_score, self.max_score = min(scores), max(scores)
                 self.dataset = DatasetDict({self.spec.split: Dataset.from_dict(
                     {"sentence1": s1, "sentence2": s2, "score": scores})})
-                self.data_loaded = True
 
         return LocalSTS
     raise DsPruneError(f"no local task type {type_!r} (local folders: {', '.join(LAYOUT)})")

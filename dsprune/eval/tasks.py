@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..data import load_beir
 from ..errors import DsPruneError
 from ..settings import data_dir
 from . import local_tasks
@@ -227,38 +226,6 @@ def _registry(name: str, mteb_name: str, split: str | None, instruction: str | N
 
 # ---- mteb task objects --------------------------------------------------------------------------------
 
-def _local_task_class():
-    """Defined lazily so that importing dsprune does not import mteb."""
-    from mteb.abstasks.retrieval import AbsTaskRetrieval
-
-    class LocalBeirRetrieval(AbsTaskRetrieval):
-        """A BEIR folder on disk as an mteb retrieval task (no hub)."""
-
-        def __init__(self, spec: TaskSpec, **kw):
-            self.spec = spec
-            super().__init__(**kw)
-
-        def load_data(self, num_proc=None, **kwargs) -> None:
-            if self.data_loaded:
-                return
-            from datasets import Dataset
-            from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
-
-            split = load_beir(self.spec.folder, self.spec.split)
-            ids = list(split.corpus_rows)
-            corpus = Dataset.from_dict({
-                "id": ids,
-                "title": [(split.corpus_rows[i].get("title") or "") for i in ids],
-                "text": [(split.corpus_rows[i].get("text") or "") for i in ids]})
-            qids = list(split.queries)
-            queries = Dataset.from_dict({"id": qids, "text": [split.queries[q] for q in qids]})
-            self.dataset = {"default": {self.spec.split: RetrievalSplitData(
-                corpus=corpus, queries=queries, relevant_docs=split.qrels, top_ranked=None)}}
-            self.data_loaded = True
-
-    return LocalBeirRetrieval
-
-
 def build_task(spec: TaskSpec):
     """The mteb task object for a spec; a local folder becomes a subclass of mteb's task for its type."""
     if spec.folder is None:
@@ -267,7 +234,7 @@ def build_task(spec: TaskSpec):
         return task
     from mteb.abstasks.task_metadata import TaskMetadata
 
-    base = _local_task_class() if spec.type == "Retrieval" else local_tasks.task_class(spec.type)
+    base = local_tasks.task_class(spec.type)
     metadata = TaskMetadata(
         name=spec.name,
         description=f"Local {spec.type} folder {spec.folder}",
