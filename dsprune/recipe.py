@@ -26,7 +26,7 @@ from typing import Callable
 
 from . import formats
 from .config import load_config_file
-from .distributed import free_port
+from .distributed import free_port, remove_shm_buffers
 from .errors import DsPruneError
 from .settings import REPO_ROOT, shared_dir
 
@@ -221,7 +221,11 @@ def _run_stage(stage: Stage, args: dict, folder: Path, execute: Execute) -> None
         if (bindir / "deepspeed").exists():
             cmd[0] = str(bindir / "deepspeed")
     print("  $ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-    code = execute(cmd, folder)
+    try:
+        code = execute(cmd, folder)
+    finally:
+        if "--master_port" in cmd:  # the launch is over, finished or killed: its shm buffers are garbage
+            remove_shm_buffers(cmd[cmd.index("--master_port") + 1])
     if code != 0:
         raise DsPruneError(f"stage {stage.name!r} failed (exit {code}); finished stages are kept, "
                            "rerun the recipe to resume")

@@ -14,15 +14,11 @@ from dsprune.cli import main as cli
 from dsprune.encoder import Encoder
 from dsprune.surgery import gates as G
 from dsprune.surgery.prune import intermediate_sizes
-from train_helpers import launch, read_log, write_groups
+from train_helpers import launch, ok, read_log, write_groups
 
 pytestmark = pytest.mark.slow
 
 Z3 = json.dumps({"zero_optimization": {"stage3_param_persistence_threshold": 0}})
-
-
-def _ok(proc):
-    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +34,7 @@ def setup(tmp_path_factory, tiny_dirs):
 @pytest.fixture(scope="module")
 def slim_run(setup):
     out = setup["root"] / "slim"
-    _ok(launch(["--config", str(setup["cfg"]), "--mode", "slim", "--slim_train", "gates", "--output_dir", str(out),
+    ok(launch(["--config", str(setup["cfg"]), "--mode", "slim", "--slim_train", "gates", "--output_dir", str(out),
                 "--deepspeed", "ds_configs/zero3.json", "--deepspeed_overrides", Z3, "--max_steps", "6",
                 "--slim_lambda", "50", "--slim_lr", "0.05", "--slim_histogram_steps", "3"]))
     return out
@@ -82,7 +78,7 @@ def retrain_run(setup, slim_run):
     mask = setup["root"] / "mask"
     assert cli(["mask", "--gates", str(slim_run), "--ratio", "0.3", "--out", str(mask)]) == 0
     out = setup["root"] / "retrain"
-    _ok(launch(["--config", str(setup["cfg"]), "--model", str(slim_run / "model"), "--mask", str(mask),
+    ok(launch(["--config", str(setup["cfg"]), "--model", str(slim_run / "model"), "--mask", str(mask),
                 "--output_dir", str(out), "--deepspeed", "ds_configs/zero2.json", "--max_steps", "3"]))
     return out, mask
 
@@ -111,7 +107,7 @@ def test_retrain_holds_unstructured_mask(setup, tmp_path):
     tensors = {n: torch.rand(params[n].shape, generator=g) > 0.5 for n in names}
     formats.write_mask(tmp_path / "mask", tensors, kind="unstructured", method="random")
     out = tmp_path / "run"
-    _ok(launch(["--config", str(setup["cfg"]), "--mask", str(tmp_path / "mask"), "--output_dir", str(out),
+    ok(launch(["--config", str(setup["cfg"]), "--mask", str(tmp_path / "mask"), "--output_dir", str(out),
                 "--deepspeed", "ds_configs/zero2.json", "--max_steps", "3"]))
     trained = dict(Encoder.load(out / "model").backbone.named_parameters())
     for n in names:  # LoRA deltas were masked and the merge re-zeroed: the zeros survived

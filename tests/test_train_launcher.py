@@ -13,7 +13,7 @@ import torch
 from dsprune.encoder import Encoder
 from dsprune.losses import info_nce, kl_distill
 from dsprune.train.data import Collator, Schedule, load_groups
-from train_helpers import launch, launch_and_kill, read_log, write_beir, write_groups
+from train_helpers import launch, launch_and_kill, ok, read_log, write_beir, write_groups
 
 pytestmark = pytest.mark.slow
 
@@ -33,14 +33,10 @@ def setup(tmp_path_factory, tiny_dirs):
     return {"root": root, "cfg": cfg, "data": data, "beir": beir, "model": tiny_dirs["llama"]}
 
 
-def _ok(proc):
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
 @pytest.fixture(scope="module")
 def run_z2(setup):
     out = setup["root"] / "z2"
-    _ok(launch(["--config", str(setup["cfg"]), "--deepspeed", "ds_configs/zero2.json", "--output_dir", str(out),
+    ok(launch(["--config", str(setup["cfg"]), "--deepspeed", "ds_configs/zero2.json", "--output_dir", str(out),
                 "--lora", "false", "--learning_rate", "0.0003", "--max_steps", "12", "--save_steps", "4", "--kl_weight", "0.5", "--eval_task", str(setup["beir"]),
                 "--eval_steps", "6"]))
     return out
@@ -53,7 +49,7 @@ Z3_ARGS = ["--deepspeed", "ds_configs/zero3.json", "--deepspeed_overrides", Z3_O
 @pytest.fixture(scope="module")
 def run_z3(setup):
     out = setup["root"] / "z3"
-    _ok(launch(["--config", str(setup["cfg"]), "--output_dir", str(out), *Z3_ARGS]))
+    ok(launch(["--config", str(setup["cfg"]), "--output_dir", str(out), *Z3_ARGS]))
     return out
 
 
@@ -63,14 +59,14 @@ def run_z3_resumed(setup):
     args = ["--config", str(setup["cfg"]), "--output_dir", str(out), *Z3_ARGS]
     killed_at = launch_and_kill(args, out, min_step=4)
     assert not (out / "manifest.json").exists()
-    _ok(launch(args + ["--resume"]))
+    ok(launch(args + ["--resume"]))
     return out, killed_at
 
 
 @pytest.fixture(scope="module")
 def run_local(setup):
     out = setup["root"] / "local"
-    _ok(launch(["--config", str(setup["cfg"]), "--output_dir", str(out), "--max_steps", "3",
+    ok(launch(["--config", str(setup["cfg"]), "--output_dir", str(out), "--max_steps", "3",
                 "--cross_rank_negatives", "false", "--teacher", "self", "--kl_weight", "1.0", "--export", "false",
                 "--gradient_checkpointing", "true"],
                launcher="torchrun"))

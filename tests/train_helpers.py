@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from dsprune.distributed import free_port
+from dsprune.distributed import SHM, free_port, remove_shm_buffers
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "launchers" / "train.py"
@@ -65,8 +65,8 @@ def env() -> dict:
     return e
 
 
-def command(args: list[str], launcher: str = "deepspeed", ranks: int = 2) -> list[str]:
-    port = str(free_port())
+def command(args: list[str], launcher: str = "deepspeed", ranks: int = 2, port: int | None = None) -> list[str]:
+    port = str(port or free_port())
     if launcher == "deepspeed":
         return [str(BIN / "deepspeed"), "--num_gpus", str(ranks), "--master_port", port, str(LAUNCHER), *args]
     if launcher == "torchrun":
@@ -75,14 +75,25 @@ def command(args: list[str], launcher: str = "deepspeed", ranks: int = 2) -> lis
 
 
 def launch(args: list[str], launcher: str = "deepspeed", ranks: int = 2, timeout: int = 300):
-    return subprocess.run(command(args, launcher, ranks), env=env(), capture_output=True, text=True,
+    """Run the launcher; ``.shm_left`` lists DeepSpeed shm buffers of this run still in /dev/shm (RAM) after it."""
+    port = free_port()
+    proc = subprocess.run(command(args, launcher, ranks, port), env=env(), capture_output=True, text=True,
                           timeout=timeout)
+    proc.shm_left = sorted(p.name for p in SHM.glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
+    return proc
+
+
+def ok(proc) -> None:
+    """A launch ended well: exit 0, and no shared-memory buffer left behind in RAM."""
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not getattr(proc, "shm_left", []), f"DeepSpeed shm buffers left in /dev/shm: {proc.shm_left}"
 
 
 def launch_and_kill(args: list[str], out: Path, min_step: int, timeout: int = 300) -> int:
     """Start a run, SIGKILL its whole process group once a checkpoint of step >= ``min_step`` exists."""
-    proc = subprocess.Popen(command(args), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    port = free_port()
+    proc = subprocess.Popen(command(args, port=port), env=env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
     latest = out / "checkpoints" / "latest"
     t0 = time.time()
     try:
@@ -97,6 +108,7 @@ def launch_and_kill(args: list[str], out: Path, min_step: int, timeout: int = 30
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
+        remove_shm_buffers(port)  # killed ranks never unlink theirs
     return int(latest.read_text().strip()[4:])
 
 
