@@ -639,6 +639,23 @@ def training_steps(doc: dict) -> str:
     return " + ".join(steps) if steps else "–"
 
 
+def under_trained(docs: dict) -> dict[str, dict]:
+    """Trained rows that score clearly *below the untrained model* on the bar task (scifact_small): their
+    training failed (issue 8: a finding counts only from properly trained models). Row -> paired interval."""
+    from dsprune.eval.bootstrap import paired_bootstrap
+
+    task = DEFAULT_TASKS[0]
+    base = ((docs.get("untrained") or {}).get("tasks", {}).get(task) or {}).get("per_query", {}).get("ndcg_at_10")
+    out = {}
+    for r, d in docs.items():
+        pq = (d["tasks"].get(task) or {}).get("per_query", {}).get("ndcg_at_10")
+        if base and pq and d.get("training") and r != "dense":
+            ci = paired_bootstrap(pq, base, 2000, 0)
+            if ci["high"] < 0:
+                out[r] = ci
+    return out
+
+
 def main_tasks(docs: dict) -> list[str]:
     seen = {t for d in docs.values() for t in d["tasks"] if t != HEADLINE_TASK}
     return [t for t in DEFAULT_TASKS if t in seen] + sorted(seen - set(DEFAULT_TASKS)) or list(DEFAULT_TASKS)
@@ -653,8 +670,10 @@ def render_table(table: Table, docs: dict, tasks: list[str], results: Path) -> l
     head += ["train steps", "min", "run"]
     lines = [f"### {table.title}", "", table.note, "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    failed = under_trained(docs)
     for r in table.rows:
         name = labels.get(r, ROWS[r].label) + (" *(ref)*" if r == table.reference else "")
+        name += " †" if r in failed else ""
         run = f"`--rows {r}`"
         if r not in docs:
             cells = [name, *["pending"] * len(tasks), "pending", "–"] + (["–", "–"] if speed_cols else [])
@@ -699,6 +718,13 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
                 d = paired_bootstrap(pq("effir", t), pq("t2-19m", t), 2000, 0)
                 lines.append(f"- EffiR (15M + slim 30%) − EffiR-19M on {t}: {d['diff']:+.4f} "
                              f"[{d['low']:+.4f}, {d['high']:+.4f}] (p = {d['p']:.3f}).")
+    failed = under_trained(docs)
+    if failed:
+        lines.append(f"- **† not properly trained**: {', '.join(failed)} score below the *untrained* model on "
+                     f"{DEFAULT_TASKS[0]} (row − untrained: " + "; ".join(
+                         f"{r} {c['diff']:+.4f} [{c['low']:+.4f}, {c['high']:+.4f}]" for r, c in failed.items())
+                     + "). Their training failed, so they test no claim of the papers; "
+                     "`benchmarks/train_collapse.py` shows how (loss against ln N, passage cosine).")
     budgets = {r: training_steps(docs[r]) for r in docs if r.startswith("t2-") or r == "effir"}
     if budgets:
         lines.append("- training steps (Table 2 / EffiR rows; EffiR's are slimming + training): "

@@ -140,6 +140,23 @@ def test_render_tables_with_cis_and_pending(rp, tmp_path):
     assert f"{len(docs)} of {len(rp.ROWS)} rows done" in text
 
 
+def test_trained_rows_below_the_untrained_model_are_marked_not_properly_trained(rp, tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    sizes = {"scifact_small": 300, "financebench": 75}
+    docs = {"dense": _doc(rp, "dense", {t: (n, 0.6) for t, n in sizes.items()}, seed=1),
+            "untrained": _doc(rp, "untrained", {t: (n, 0.3) for t, n in sizes.items()}, seed=2),
+            "t1-8m": _doc(rp, "t1-8m", {t: (n, 0.1) for t, n in sizes.items()}, seed=3),    # no training: a drop
+            "t2-19m": _doc(rp, "t2-19m", {t: (n, 0.1) for t, n in sizes.items()}, seed=4),  # trained, worse
+            "effir": _doc(rp, "effir", {t: (n, 0.32) for t, n in sizes.items()}, seed=5)}   # trained, no worse
+    for r, d in docs.items():
+        (results / f"{r}.json").write_text(json.dumps(d))
+    text = rp.render(results, tmp_path / "RESULTS.md")
+    assert set(rp.under_trained(docs)) == {"t2-19m"}
+    assert "| Drop-19M † |" in text and "| Drop-8M |" in text and "| EffiR (15M + slim 30%) |" in text
+    assert "**† not properly trained**: t2-19m score below the *untrained* model on scifact_small" in text
+
+
 def test_render_without_results_lists_everything_pending(rp, tmp_path):
     text = rp.render(tmp_path / "none", tmp_path / "R.md")
     assert f"0 of {len(rp.ROWS)} rows done" in text and "Quality vs speed" not in text
