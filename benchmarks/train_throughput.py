@@ -39,6 +39,7 @@ def measured(run: Path, warmup: int, group_size: int) -> dict:
             "seconds": round(seconds, 1), "queries_per_s": round(queries / seconds, 4),
             "sequences_per_s": round(queries * (1 + group_size) / seconds, 3),
             "tokens_per_s": round(sum(r["tokens_per_s"] * batch / r["queries_per_s"] for r in timed) / seconds, 1),
+            "setup_peak_rss_gb_per_rank": man["figures"].get("setup_peak_rss_gb_per_rank"),
             "peak_rss_gb_per_rank": man["figures"].get("peak_rss_gb_per_rank"),
             "params": man["params"]["total"]}
 
@@ -90,11 +91,13 @@ def main() -> int:
                                             for k, r in results.items()},
                "commands": commands, "command": " ".join([sys.executable, *sys.argv])}
     formats.write_json(Path(a.results), summary)
-    print(f"\n{'setup':<14} {'ranks':>5} {'thr/rank':>8} {'batch':>5} {'seq/s':>8} {'tok/s':>7} {'peak GB/rank':>14}")
+    print(f"\n{'setup':<14} {'ranks':>5} {'thr/rank':>8} {'batch':>5} {'seq/s':>8} {'tok/s':>7} "
+          f"{'GB/rank set-up':>14} {'GB/rank peak':>12}")
     for k, r in results.items():
-        peaks = "/".join(f"{g:.1f}" for g in r["peak_rss_gb_per_rank"] or [])
+        setup, peaks = ("/".join(f"{g:.1f}" for g in r[f] or []) for f in ("setup_peak_rss_gb_per_rank",
+                                                                           "peak_rss_gb_per_rank"))
         print(f"{k:<14} {r['world_size']:>5} {r['threads_per_rank']:>8} {r['global_batch']:>5} "
-              f"{r['sequences_per_s']:>8.3f} {r['tokens_per_s']:>7.1f} {peaks:>14}")
+              f"{r['sequences_per_s']:>8.3f} {r['tokens_per_s']:>7.1f} {setup:>14} {peaks:>12}")
     print(f"2 ranks vs 1 process: {summary['speedup_sequences_per_s']:.3f}x sequences/s; "
           f"model fp32 {fp32_gb:.2f} GB; peak/rank over fp32 model: {summary['peak_rss_over_model_fp32']}")
     print(f"wrote {a.results}")

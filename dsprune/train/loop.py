@@ -262,6 +262,7 @@ def train(args: TrainArgs, hooks: Hooks | None = None) -> dict | None:
                                            config=ds_cfg, dist_init_required=False)
     model: Encoder = engine.module
     collator = Collator(model, args.query_max_length, args.passage_max_length)
+    setup_peak = peak_rss_bytes()  # loading (a GGUF is dequantised) and the engine, before any step
 
     start = 0
     if args.resume:
@@ -367,11 +368,12 @@ def train(args: TrainArgs, hooks: Hooks | None = None) -> dict | None:
     bar.close()
     train_seconds = time.time() - t_loop
 
+    train_peak = peak_rss_bytes()  # before the export, which rebuilds the model on rank 0
     export_dir = None
     if args.export:
         export_dir = _export(engine, args, hooks, rank, device, out, params_total)
-    peak_rss = [None] * world
-    dist.all_gather_object(peak_rss, round(peak_rss_bytes() / 2**30, 2))
+    peaks = [None] * world
+    dist.all_gather_object(peaks, (round(setup_peak / 2**30, 2), round(train_peak / 2**30, 2)))
     if rank != 0:
         return None
     writer.close()
@@ -381,7 +383,8 @@ def train(args: TrainArgs, hooks: Hooks | None = None) -> dict | None:
                "tokens_per_s": round(tokens_done / max(train_seconds, 1e-9), 1),
                "first_loss": log_rows[0]["loss"] if log_rows else None,
                "final_loss": log_rows[-1]["loss"] if log_rows else None,
-               "peak_rss_gb_per_rank": peak_rss}
+               "setup_peak_rss_gb_per_rank": [a for a, _ in peaks],
+               "peak_rss_gb_per_rank": [b for _, b in peaks]}
     if last_eval:
         figures["eval"] = {**last_eval, "task": str(args.eval_task), "split": args.eval_split}
     inputs = {"model": args.model, "train_data": list(args.train_data), "teacher": args.teacher,
