@@ -91,6 +91,7 @@ def test_zero2_full_parameter_trains_and_exports(run_z2, setup):
     peaks = man["figures"]["peak_rss_gb_per_rank"]  # each rank's own peak, a real process figure
     setup_peaks = man["figures"]["setup_peak_rss_gb_per_rank"]
     assert len(peaks) == RANKS and all(0.05 < s <= g < 64 for s, g in zip(setup_peaks, peaks))
+    assert man["figures"]["malloc_mmap_threshold"] == 1 << 20  # glibc here: freed activations are returned
     enc = Encoder.load(run_z2 / "model")
     assert type(enc.model).__name__ == "DsPruneModel"
     trained = dict(enc.backbone.named_parameters())

@@ -71,7 +71,7 @@ def run(args: Args) -> int:
     from ..encoder import Encoder
     from ..importance import dai as D
     from ..importance.fisher import LocalRunner, ZeroRunner, accumulate
-    from ..memory import current_rss_bytes, peak_rss_bytes
+    from ..memory import current_rss_bytes, hold_mmap_threshold, peak_rss_bytes
     from ..importance.triplets import load_triplets
     from ..surgery.mask import target_weights
     from ..surgery.prune import count_params
@@ -90,6 +90,7 @@ def run(args: Args) -> int:
     # Data first: bad triplet files fail before any model is loaded.
     gen = _subset(load_triplets(args.general, args.seed), args.max_triplets, args.seed)
     dom = _subset(load_triplets(args.domain, args.seed), args.max_triplets, args.seed)
+    hold_mmap_threshold()  # per-sample gradients free large blocks all the time (dsprune.memory)
     rss_before = current_rss_bytes()
     ds_config = None
     if args.deepspeed:

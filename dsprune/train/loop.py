@@ -27,7 +27,7 @@ from ..distributed import free_port
 from ..encoder import Encoder, EncoderConfig
 from ..errors import DsPruneError
 from ..losses import info_nce, kl_distill
-from ..memory import peak_rss_bytes
+from ..memory import hold_mmap_threshold, peak_rss_bytes
 from . import lora as lora_mod
 from .arguments import TrainArgs, as_mapping, resolve_path, validate
 from .data import Collator, Schedule, load_groups
@@ -231,6 +231,7 @@ def train(args: TrainArgs, hooks: Hooks | None = None) -> dict | None:
     import torch.distributed as dist
 
     t_start = time.time()
+    mmap_threshold = hold_mmap_threshold()  # else freed activations stay resident (dsprune.memory)
     rank, world, device = _init_process_group(args)
     schedule = Schedule(len(groups), args.per_device_batch_size, world, args.gradient_accumulation_steps,
                         args.seed)
@@ -384,7 +385,7 @@ def train(args: TrainArgs, hooks: Hooks | None = None) -> dict | None:
                "first_loss": log_rows[0]["loss"] if log_rows else None,
                "final_loss": log_rows[-1]["loss"] if log_rows else None,
                "setup_peak_rss_gb_per_rank": [a for a, _ in peaks],
-               "peak_rss_gb_per_rank": [b for _, b in peaks]}
+               "peak_rss_gb_per_rank": [b for _, b in peaks], "malloc_mmap_threshold": mmap_threshold}
     if last_eval:
         figures["eval"] = {**last_eval, "task": str(args.eval_task), "split": args.eval_split}
     inputs = {"model": args.model, "train_data": list(args.train_data), "teacher": args.teacher,
