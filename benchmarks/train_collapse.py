@@ -56,7 +56,7 @@ def main() -> int:
     ap.add_argument("--eval_queries", type=int, default=100)
     ap.add_argument("--eval_docs", type=int, default=300)
     ap.add_argument("--out", default=str(REPO / "out" / "train_collapse"))
-    ap.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "train_collapse.json"))
+    ap.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "training" / "collapse.json"))
     a = ap.parse_args()
     variants = {}
     for spec in a.variant or ["base:"]:

@@ -52,7 +52,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2, help="cores shared by both set-ups")
     ap.add_argument("--out", default=str(REPO / "out" / "train_throughput"))
-    ap.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "train_throughput.json"))
+    ap.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "training" / "throughput.json"))
     a = ap.parse_args()
     if a.steps <= a.warmup:
         ap.error("--steps must exceed --warmup")
