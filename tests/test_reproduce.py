@@ -96,19 +96,21 @@ def _doc(rp, row, scores, speed=None, seed=0):
             "training": {f"{row}-train": {"steps": 32}} if row.startswith("t2-") or row == "effir" else {}}
 
 
-def test_render_tables_with_cis_and_pending(rp, tmp_path):
+def _grid(rp, tmp_path, means: dict, speeds: dict | None = None):
+    """Fabricated row results (per-query nDCG around each row's mean on both tasks), written as the grid does."""
     results = tmp_path / "results"
     results.mkdir()
     sizes = {"scifact_small": 300, "financebench": 75}
-    docs = {"dense": _doc(rp, "dense", {t: (n, 0.6) for t, n in sizes.items()}, seed=1),
-            "untrained": _doc(rp, "untrained", {t: (n, 0.2) for t, n in sizes.items()}, seed=2),
-            "t1-4a": _doc(rp, "t1-4a", {t: (n, 0.5) for t, n in sizes.items()}, seed=3),
-            "t2-19m": _doc(rp, "t2-19m", {t: (n, 0.55) for t, n in sizes.items()}, seed=4,
-                           speed={"document": 1.6, "query": 1.5}),
-            "effir": _doc(rp, "effir", {t: (n, 0.57) for t, n in sizes.items()}, seed=5,
-                          speed={"document": 1.7, "query": 1.6})}
+    docs = {r: _doc(rp, r, {t: (n, m) for t, n in sizes.items()}, speed=(speeds or {}).get(r), seed=i + 1)
+            for i, (r, m) in enumerate(means.items())}
     for r, d in docs.items():
         (results / f"{r}.json").write_text(json.dumps(d))
+    return results, docs
+
+
+def test_render_tables_with_cis_and_pending(rp, tmp_path):
+    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "untrained": 0.2, "t1-4a": 0.5, "t2-19m": 0.55, "effir": 0.57},
+                          {"t2-19m": {"document": 1.6, "query": 1.5}, "effir": {"document": 1.7, "query": 1.6}})
     (results / "notes.json").write_text("{}")                       # not a row: ignored
     md = tmp_path / "RESULTS.md"
     text = rp.render(results, md)
@@ -141,16 +143,8 @@ def test_render_tables_with_cis_and_pending(rp, tmp_path):
 
 
 def test_trained_rows_below_the_untrained_model_are_marked_not_properly_trained(rp, tmp_path):
-    results = tmp_path / "results"
-    results.mkdir()
-    sizes = {"scifact_small": 300, "financebench": 75}
-    docs = {"dense": _doc(rp, "dense", {t: (n, 0.6) for t, n in sizes.items()}, seed=1),
-            "untrained": _doc(rp, "untrained", {t: (n, 0.3) for t, n in sizes.items()}, seed=2),
-            "t1-8m": _doc(rp, "t1-8m", {t: (n, 0.1) for t, n in sizes.items()}, seed=3),    # no training: a drop
-            "t2-19m": _doc(rp, "t2-19m", {t: (n, 0.1) for t, n in sizes.items()}, seed=4),  # trained, worse
-            "effir": _doc(rp, "effir", {t: (n, 0.32) for t, n in sizes.items()}, seed=5)}   # trained, no worse
-    for r, d in docs.items():
-        (results / f"{r}.json").write_text(json.dumps(d))
+    # t1-8m: a drop without training; t2-19m trained and clearly worse than untrained; effir trained, not worse
+    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "untrained": 0.3, "t1-8m": 0.1, "t2-19m": 0.1, "effir": 0.32})
     text = rp.render(results, tmp_path / "RESULTS.md")
     assert set(rp.under_trained(docs)) == {"t2-19m"}
     assert "| Drop-19M † |" in text and "| Drop-8M |" in text and "| EffiR (15M + slim 30%) |" in text
