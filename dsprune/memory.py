@@ -3,10 +3,10 @@ OOM-killed on a shared machine (a framework's own tensor counters miss allocator
 
 The largest such slack on CPU is glibc's: each time a large block (an activation, a gradient) is freed, glibc
 raises its mmap threshold to that block's size (up to 32 MiB), so the blocks after it come from the heap and
-stay resident when freed. Training SmolLM2 (LoRA, gradient checkpointing, 32 passages x 128 tokens) peaked
-at 5.4 GB that way against 1.6 GB with the threshold held at 1 MiB, at no loss of speed.
-``hold_mmap_threshold`` holds it (``mallopt``; the ``DSPRUNE_MMAP_THRESHOLD`` environment variable, in bytes,
-changes it; 0 keeps glibc's behaviour).
+stay resident when freed. Training SmolLM2 (the dense run's options, ZeRO-2, 2 ranks) peaked at 7.3 GB per
+rank that way against 1.9 GB with the threshold held at 1 MiB, for ~15 % fewer sequences/s (more page faults;
+benchmarks/train_throughput.py). On a shared machine an OOM-killed rank costs more, so training holds it;
+``DSPRUNE_MMAP_THRESHOLD`` (bytes) changes the threshold, 0 keeps glibc's behaviour and its speed.
 """
 from __future__ import annotations
 
