@@ -1,6 +1,7 @@
 """What every benchmark script shares: the checkout's location and running one logged command."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -8,6 +9,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+
+def launch_env(**overrides: str) -> dict:
+    """The environment every launched stage gets: CPU DeepSpeed, one thread per rank, no hub, this checkout."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO),
+               TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions")))
+    env.update(overrides)
+    return env
 
 
 def sh(cmd: list[str], log: Path, env: dict) -> float:

@@ -22,12 +22,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, REPO, sh  # noqa: E402
+from _common import BIN, REPO, launch_env, sh  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
@@ -61,9 +60,7 @@ def main() -> int:
     from dsprune import formats
     from dsprune.settings import data_dir
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO),
-               TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions")))
+    env = launch_env()
     env1 = dict(env, OMP_NUM_THREADS="2")  # single-process eval and bench use both cores
     out = Path(a.out)
     logs = out / "logs"

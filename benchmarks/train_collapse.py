@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, REPO, sh  # noqa: E402
+from _common import BIN, REPO, launch_env, sh  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
@@ -81,9 +81,7 @@ def main() -> int:
     texts = [r.get("text") or "" for r in list(probe.corpus_rows.values())[:48]]
     out = Path(a.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO),
-               TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions")))
+    env = launch_env()
     results = {"model": a.model, "config": a.config, "steps": a.steps,
                "cosine_before": round(passage_cosine(Path(a.model), texts), 4), "variants": {}}
     for name, opts in variants.items():

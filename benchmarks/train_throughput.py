@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, REPO, sh  # noqa: E402
+from _common import BIN, REPO, launch_env, sh  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
@@ -68,9 +67,6 @@ def main() -> int:
     group_size = int(yaml.safe_load(config.read_text()).get("group_size", 8))
     out = Path(a.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    base = dict(os.environ, DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                PYTHONPATH=str(REPO),
-                TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions")))
     setups = {"zero2_2ranks": (2, a.threads // 2), "one_process": (1, a.threads)}
     results, commands = {}, {}
     for name, (ranks, threads) in setups.items():
@@ -79,7 +75,7 @@ def main() -> int:
                "launchers/train.py", "--config", str(config), "--max_steps", str(a.steps), "--save_steps", "0",
                "--export", "false", "--output_dir", str(run), "--overwrite", "true"]
         commands[name] = f"OMP_NUM_THREADS={threads} " + " ".join(cmd)
-        sh(cmd, out / "logs" / f"{name}.log", dict(base, OMP_NUM_THREADS=str(threads)))
+        sh(cmd, out / "logs" / f"{name}.log", launch_env(OMP_NUM_THREADS=str(threads)))
         results[name] = {"threads_per_rank": threads, **measured(run, a.warmup, group_size)}
 
     two, one = results["zero2_2ranks"], results["one_process"]

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, REPO, sh  # noqa: E402
+from _common import BIN, REPO, launch_env, sh  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
@@ -34,9 +33,7 @@ def main() -> int:
     from dsprune.config import load_config_file
     from dsprune.tune.sweep import FRONT, SUMMARY, TABLE, Args
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", RAY_AUTH_MODE="disabled", PYTHONPATH=str(REPO),
-               TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions")))
+    env = launch_env(RAY_AUTH_MODE="disabled")
     cfg = Args(**load_config_file(a.config))
     out = REPO / cfg.out
     logs = REPO / "out" / "logs"
