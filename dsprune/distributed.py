@@ -31,17 +31,23 @@ def close_process_group() -> None:
 
 
 def shm_buffer(rank: int) -> Path:
-    """The name DeepSpeed's CPU shm allreduce gives a rank's buffer (ops/csrc/cpu/comm/shm.cpp)."""
-    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
-    return SHM / f"deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_{rank}"
+    """This rank's buffer, named as DeepSpeed's CPU shm allreduce names it (ops/csrc/cpu/comm/shm.cpp)."""
+    return SHM / _shm_name(os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""), rank)
 
+
+def shm_buffers(port: int | str) -> list[Path]:
+    """Every rank's buffer of the launch whose rendezvous was on ``port``."""
+    return sorted(SHM.glob(_shm_name("*", port, "*")))
 
 
 def remove_shm_buffers(port: int | str) -> list[str]:
     """Unlink the shm buffers of every rank of a finished or killed launch on ``port`` (a killed rank never
     reaches ``close_process_group``). Only for launches whose processes are all gone."""
-    gone = []
-    for path in SHM.glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"):
+    gone = shm_buffers(port)
+    for path in gone:
         path.unlink(missing_ok=True)
-        gone.append(path.name)
-    return gone
+    return [p.name for p in gone]
+
+
+def _shm_name(addr: str, port: int | str, rank: int | str) -> str:
+    return f"deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_{rank}"

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from dsprune.distributed import SHM, free_port, remove_shm_buffers
+from dsprune.distributed import free_port, remove_shm_buffers, shm_buffers
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "launchers" / "train.py"
@@ -79,7 +79,7 @@ def launch(args: list[str], launcher: str = "deepspeed", ranks: int = 2, timeout
     port = free_port()
     proc = subprocess.run(command(args, launcher, ranks, port), env=env(), capture_output=True, text=True,
                           timeout=timeout)
-    proc.shm_left = sorted(p.name for p in SHM.glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
+    proc.shm_left = [p.name for p in shm_buffers(port)]
     return proc
 
 

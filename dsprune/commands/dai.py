@@ -71,8 +71,8 @@ def run(args: Args) -> int:
     from ..encoder import Encoder
     from ..importance import dai as D
     from ..importance.fisher import LocalRunner, ZeroRunner, accumulate
-    from ..memory import current_rss_bytes, hold_mmap_threshold, peak_rss_bytes
     from ..importance.triplets import load_triplets
+    from ..memory import current_rss_bytes, hold_mmap_threshold, peak_rss_bytes
     from ..surgery.mask import target_weights
     from ..surgery.prune import count_params
 

@@ -27,8 +27,8 @@ METRICS = {
     "params": ("model parameters", 0.0, None),
 }
 # which stage command produces a metric
-SOURCE = {"ndcg_at_10": "eval", "recall_at_100": "eval", "main_score": "eval", "speedup": "bench", "query_speedup": "bench",
-          "flop_ratio": "bench", "param_ratio": "bench", "params": "bench"}
+SOURCE = {"ndcg_at_10": "eval", "recall_at_100": "eval", "main_score": "eval", "speedup": "bench",
+          "query_speedup": "bench", "flop_ratio": "bench", "param_ratio": "bench", "params": "bench"}
 
 
 def _mean(values: list) -> float | None:
