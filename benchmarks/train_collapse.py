@@ -9,7 +9,9 @@ model with 19 MLPs dropped ends at the loss of a uniform guess over the candidat
 collapse onto one direction. Each variant here trains the same model with the same data order for ``--steps``
 steps, changing only the options it names; it reports the loss path against ln(N), the mean cosine between
 unrelated passages before and after (collapse: towards 1) and nDCG@10 on a scifact_small subsample at step 0
-and at the end (the trainer's own periodic eval, read back from its TensorBoard events).
+and at the end (the trainer's own periodic eval, read back from its TensorBoard events). The loss shown is the
+InfoNCE part (a KL variant's total adds its distillation term). Variants of an earlier probe of the same model,
+config and steps are kept, so a later call adds to the table.
 """
 from __future__ import annotations
 
@@ -84,6 +86,10 @@ def main() -> int:
     env = launch_env()
     results = {"model": a.model, "config": a.config, "steps": a.steps,
                "cosine_before": round(passage_cosine(Path(a.model), texts), 4), "variants": {}}
+    earlier = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
+    same_probe = all(earlier.get(k) == results[k] for k in ("model", "config", "steps"))
+    if same_probe:   # add to the variants run before
+        results["variants"] = earlier.get("variants", {})
     for name, opts in variants.items():
         run = out / name
         cmd = [str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", str(free_port()), "launchers/train.py",
@@ -99,12 +105,14 @@ def main() -> int:
         candidates = per_rank * man["world_size"] if cfg.get("cross_rank_negatives", True) else per_rank
         evals = tb_scalar(run, "eval/ndcg_at_10")
         results["variants"][name] = {
-            "options": opts, "losses": [round(r["loss"], 3) for r in rows],
+            "options": opts, "losses": [round(r.get("loss_infonce", r["loss"]), 3) for r in rows],
             "uniform_loss": round(math.log(candidates), 3),
-            "final_loss": round(sum(r["loss"] for r in rows[-4:]) / min(4, len(rows)), 3),
+            "final_loss": round(sum(r.get("loss_infonce", r["loss"]) for r in rows[-4:]) / min(4, len(rows)), 3),
             "cosine_after": round(passage_cosine(run / "model", texts), 4),
             "ndcg_at_10_start": evals.get(0), "ndcg_at_10_end": evals.get(a.steps), "seconds": round(seconds)}
-    results["command"] = " ".join([sys.executable, *sys.argv])
+    command = " ".join([sys.executable, *sys.argv])
+    before = earlier.get("commands", [earlier["command"]] if "command" in earlier else []) if same_probe else []
+    results["commands"] = [c for c in before if c != command] + [command]
     formats.write_json(Path(a.results), results)
     _plot(results, Path(a.results).with_suffix(".png"))
 
