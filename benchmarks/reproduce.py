@@ -240,15 +240,21 @@ GAP_RETRAIN = {"train_data": ["${shared}/data/financebench"], "group_size": 4, "
                "scaled_settings": json.dumps({"retraining": "40 steps x 4 queries on FinanceBench train, LoRA "
                                                             "(GAPrune: 100 steps, domain data, InfoNCE)"})}
 GAP_METHODS = {"dai": "dai", "magnitude": "magnitude", "fisher": "fisher_dom", "random": "random"}
-GAP_LABELS = {"dai": "GAPrune (DAI)", "magnitude": "Magnitude", "fisher": "Domain Fisher", "random": "Random"}
+GAP_LABELS = {"dai": "GAPrune (DAI)", "magnitude": "Magnitude", "fisher": "Domain Fisher", "random": "Random",
+              "daibal": "DAI, Fisher balanced"}
+# Beyond the paper: with Eq. 5 as written the Fisher term is ~1e-6 of gamma*sqrt|theta| on SmolLM2 (the dai
+# manifest's mean_abs_fisher_term_over_magnitude_term), so DAI ranks like magnitude. "daibal" recomputes DAI from
+# the same saved statistics with F rescaled until both terms have equal mean size (dsprune dai --fisher_scale).
+GAP_VARIANTS = {"daibal": ("dai", {"dai_recompute": True, "dai_fisher_scale": "balanced"})}
 
 
 def gap_prune(ctx: Ctx, method: str, pct: int, structured: bool = False) -> list[dict]:
     """The shared GAPrune stages up to the mask: sampling and DAI only for the methods that read them."""
     name = f"dense-gap-prune-{method}-{'neurons-' if structured else ''}{pct}"
-    args = {"model": ctx.dense, "method": GAP_METHODS[method], "sparsity": pct / 100, "seed": 0}
+    base, extra = GAP_VARIANTS.get(method, (method, {}))
+    args = {"model": ctx.dense, "method": GAP_METHODS[base], "sparsity": pct / 100, "seed": 0, **extra}
     stages = []
-    if method in ("dai", "fisher"):
+    if base in ("dai", "fisher"):
         stages = [command("dense-gap-sample", "sample", model=ctx.dense,
                           input=["${shared}/data/scifact:train", "${shared}/data/msmarco_trecdl_subset/triplets.jsonl"],
                           k=120, max_length=64, seed=0),
@@ -364,6 +370,9 @@ def _rows() -> dict[str, Row]:
         for m in GAP_METHODS:
             rows.append(Row(f"gap-{m}-{pct}", f"{GAP_LABELS[m]} {pct}%", f"one-shot {GAP_METHODS[m]} mask, {pct}% of the MLP "
                             "weights, no training", gap_oneshot_core(f"gap-{m}-{pct}", m, pct)))
+    rows.append(Row("gap-daibal-50", f"{GAP_LABELS['daibal']} 50%", "one-shot DAI mask, 50% of the MLP weights, "
+                    "Fisher rescaled to the magnitude term's size (beyond the paper)",
+                    gap_oneshot_core("gap-daibal-50", "daibal", 50)))
     rows.append(Row("gap-dense-retrain", "dense + retrain", "the dense retriever, the same retraining without a "
                     "mask (control)", gap_retrain_core("gap-dense-retrain", None)))
     for m in ("dai", "magnitude", "fisher"):
@@ -405,9 +414,12 @@ TABLES = [
           "Speed-ups: `dsprune bench` of each model against the full SmolLM2 in one process.",
           {"dense": "full (= dense)", "t2-15m": "EffiR-15M", "t2-19m": "EffiR-19M"}),
     Table("gaprune-t1", "GAPrune Table 1: one-shot MLP pruning of the dense retriever", "dense",
-          ["dense"] + [f"gap-{m}-{p}" for p in (30, 50) for m in GAP_METHODS],
+          ["dense"] + [f"gap-{m}-{p}" for p in (30, 50) for m in GAP_METHODS] + ["gap-daibal-50"],
           "Unstructured masks over the MLP weights (global budget), written as zeros: no size or speed change. "
-          "FinanceBench is the domain, SciFact the general side; DAI sees FinanceBench *train* questions only."),
+          "FinanceBench is the domain, SciFact the general side; DAI sees FinanceBench *train* questions only. "
+          "*DAI, Fisher balanced* (beyond the paper): Eq. 5 with both Fisher terms rescaled so that the Fisher "
+          "term's mean size equals γ·√|θ|'s; as written, the Fisher term is ~10⁻⁶ of it here and DAI ranks "
+          "like magnitude."),
     Table("gaprune-t2", "GAPrune Table 2: 50% masks, then retraining on FinanceBench train", "gap-dense-retrain",
           ["dense", "gap-dense-retrain"] + [f"gap-{m}-50-retrain" for m in ("dai", "magnitude", "fisher")],
           "Reference: the dense retriever given the same retraining without a mask, so every row has the same "

@@ -171,8 +171,8 @@ class Encoder(nn.Module):
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         out = [None] * len(texts)
         dev = self.device
-        bar = tqdm(range(0, len(texts), batch_size), desc=f"encode {kind}s", disable=not show_progress,
-                   leave=False)
+        what = "queries" if kind == "query" else f"{kind}s"
+        bar = tqdm(range(0, len(texts), batch_size), desc=f"encode {what}", disable=not show_progress, leave=False)
         for start in bar:
             idx = order[start:start + batch_size]
             batch = self.tokenize([texts[i] for i in idx], kind, task, max_length)
