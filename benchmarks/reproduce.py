@@ -730,6 +730,15 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
                 d = paired_bootstrap(pq("effir", t), pq("t2-19m", t), 2000, 0)
                 lines.append(f"- EffiR (15M + slim 30%) − EffiR-19M on {t}: {d['diff']:+.4f} "
                              f"[{d['low']:+.4f}, {d['high']:+.4f}] (p = {d['p']:.3f}).")
+    domain = "financebench"
+    for pct in (30, 50):   # GAPrune's claim: DAI keeps domain quality best
+        dai = f"gap-dai-{pct}"
+        rivals = [f"gap-{m}-{pct}" for m in GAP_METHODS if m != "dai" and f"gap-{m}-{pct}" in docs]
+        if dai in docs and rivals and pq(dai, domain):
+            diffs = {r: paired_bootstrap(pq(dai, domain), pq(r, domain), 2000, 0) for r in rivals if pq(r, domain)}
+            lines.append(f"- DAI {pct}% − other one-shot masks on {domain} (the domain): " + "; ".join(
+                f"{GAP_LABELS[r.split('-')[1]].lower()} {d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+                for r, d in diffs.items()) + ".")
     failed = under_trained(docs)
     if failed:
         lines.append(f"- **† not properly trained**: {', '.join(failed)} score below the *untrained* model on "
