@@ -151,6 +151,17 @@ def test_trained_rows_below_the_untrained_model_are_marked_not_properly_trained(
     assert "**† not properly trained**: t2-19m score below the *untrained* model on scifact_small" in text
 
 
+def test_gaprune_claim_check_compares_dai_with_each_baseline_on_the_domain(rp, tmp_path):
+    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "gap-dai-50": 0.5, "gap-magnitude-50": 0.3, "gap-random-50": 0.1})
+    text = rp.render(results, tmp_path / "RESULTS.md")
+    check = next(x for x in text.splitlines() if x.startswith("- DAI 50% − other one-shot masks on financebench"))
+    pq = {r: docs[r]["tasks"]["financebench"]["per_query"]["ndcg_at_10"] for r in docs}
+    d = paired_bootstrap(pq["gap-dai-50"], pq["gap-magnitude-50"], 2000, 0)
+    assert f"magnitude {d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]" in check
+    assert "random +" in check and "fisher" not in check              # a pending baseline is left out
+    assert "- DAI 30%" not in text                                    # no DAI row at 30%: no check
+
+
 def test_render_without_results_lists_everything_pending(rp, tmp_path):
     text = rp.render(tmp_path / "none", tmp_path / "R.md")
     assert f"0 of {len(rp.ROWS)} rows done" in text and "Quality vs speed" not in text
