@@ -104,14 +104,15 @@ def main() -> int:
         per_rank = cfg.get("per_device_batch_size", 8) * int(opts.get("group_size", cfg.get("group_size", 8)))
         candidates = per_rank * man["world_size"] if cfg.get("cross_rank_negatives", True) else per_rank
         evals = tb_scalar(run, "eval/ndcg_at_10")
+        infonce = [r.get("loss_infonce", r["loss"]) for r in rows]
         results["variants"][name] = {
-            "options": opts, "losses": [round(r.get("loss_infonce", r["loss"]), 3) for r in rows],
+            "options": opts, "losses": [round(x, 3) for x in infonce],
             "uniform_loss": round(math.log(candidates), 3),
-            "final_loss": round(sum(r.get("loss_infonce", r["loss"]) for r in rows[-4:]) / min(4, len(rows)), 3),
+            "final_loss": round(sum(infonce[-4:]) / len(infonce[-4:]), 3),
             "cosine_after": round(passage_cosine(run / "model", texts), 4),
             "ndcg_at_10_start": evals.get(0), "ndcg_at_10_end": evals.get(a.steps), "seconds": round(seconds)}
     command = " ".join([sys.executable, *sys.argv])
-    before = earlier.get("commands", [earlier["command"]] if "command" in earlier else []) if same_probe else []
+    before = earlier.get("commands", []) if same_probe else []
     results["commands"] = [c for c in before if c != command] + [command]
     formats.write_json(Path(a.results), results)
     _plot(results, Path(a.results).with_suffix(".png"))
