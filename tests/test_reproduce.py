@@ -93,7 +93,7 @@ def _doc(rp, row, scores, speed=None, seed=0):
             "params": 134_515_008, "speed": speed, "compute_seconds": 600, "wall_seconds": 300,
             "code_version": "abc1234", "model_fingerprint": row,
             "stages": [{"name": f"{row}-eval", "command": f"dsprune eval --model m --out o/{row}-eval"}],
-            "training": {f"{row}-train": {"steps": 32}} if row.startswith("t2-") or row == "effir" else {}}
+            "training": {f"{row}-train": {"steps": 32}} if row.startswith(("t2-", "effir")) else {}}
 
 
 def _grid(rp, tmp_path, means: dict, speeds: dict | None = None):
@@ -136,7 +136,7 @@ def test_render_tables_with_cis_and_pending(rp, tmp_path):
     assert "1.00× (baseline)" in line("EffiR Table 3", "full (= dense)")
     assert "No intervals yet: the reference row `gap-dense-retrain` is pending." in text
     assert "dense − untrained on scifact_small" in text and "clearly better (interval above 0)" in text
-    assert "EffiR (15M + slim 30%) − EffiR-19M on financebench" in text
+    assert "EffiR (15M + slim 30%) − Drop-19M on financebench" in text
     assert (results / "quality_vs_speed.png").is_file() and "![quality vs speed](results/quality_vs_speed.png)" in text
     assert "- **t1-4a** (abc1234" in text and "  - `dsprune eval --model m --out o/t1-4a-eval`" in text
     assert f"{len(docs)} of {len(rp.ROWS)} rows done" in text
@@ -160,6 +160,17 @@ def test_gaprune_claim_check_compares_dai_with_each_baseline_on_the_domain(rp, t
     assert f"magnitude {d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]" in check
     assert "random +" in check and "fisher" not in check              # a pending baseline is left out
     assert "- DAI 30%" not in text                                    # no DAI row at 30%: no check
+
+
+def test_effir_claim_checks_each_pair_of_equal_size(rp, tmp_path):
+    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "t2-8m": 0.4, "effir-4m": 0.5})
+    text = rp.render(results, tmp_path / "RESULTS.md")
+    pq = {r: docs[r]["tasks"]["scifact_small"]["per_query"]["ndcg_at_10"] for r in docs}
+    d = paired_bootstrap(pq["effir-4m"], pq["t2-8m"], 2000, 0)
+    assert (f"- EffiR (4M + slim 15%) − Drop-8M on scifact_small: {d['diff']:+.4f} "
+            f"[{d['low']:+.4f}, {d['high']:+.4f}]") in text
+    assert "Drop-19M on" not in text                                  # its pair is pending: no check
+    assert "### EffiR Table 3 at a milder point" in text and "effir-4m 32" in text
 
 
 def test_render_without_results_lists_everything_pending(rp, tmp_path):
