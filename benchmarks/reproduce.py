@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -424,9 +425,10 @@ TABLES = [
     Table("effir-t3-mild", "EffiR Table 3 at a milder point: 4M + 15% slimming vs 8M", "dense",
           ["dense", "t2-8m", "effir-4m"],
           "The same comparison where SmolLM2 still trains under the dense budget: half of its 30 MLPs (15M) is far "
-          "more of a 135M model than 16 of Mistral-7B's 32 (Table 1: Drop-15M loses 0.43 before training, "
-          "Drop-4M 0.06). Slimming 15% of the 26 kept MLPs' neurons removes about 4 MLPs' worth, so EffiR-4M "
-          "and Drop-8M have about the same size.", {"dense": "full (= dense)"}),
+          "more of a 135M model than 16 of Mistral-7B's 32 (compare Drop-4M and Drop-15M in Table 1). Slimming "
+          "15% of the 26 kept MLPs' neurons removes about 4 MLPs' worth, so EffiR-4M and Drop-8M have about the "
+          "same size. Per-layer widths: `results/effir-4m-widths.png`, copied from the row's mask stage.",
+          {"dense": "full (= dense)"}),
     Table("gaprune-t1", "GAPrune Table 1: one-shot MLP pruning of the dense retriever", "dense",
           ["dense"] + [f"gap-{m}-{p}" for p in (30, 50) for m in GAP_METHODS] + ["gap-daibal-50"],
           "Unstructured masks over the MLP weights (global budget), written as zeros: no size or speed change. "
@@ -533,9 +535,20 @@ def run_row(row: Row, a, results: Path) -> str:
     report = run_recipe(recipe, out=str(out))
     wall = time.time() - t0
     doc = collect(row, stages, report, out, fp, config, ctx, a, wall)
+    copy_width_plots(row.name, stages, report, out, results)
     formats.write_json(dest, doc)
     print(f"wrote {dest}", flush=True)
     return "ran"
+
+
+def copy_width_plots(name: str, stages: list[dict], report: dict, out: Path, results: Path) -> None:
+    """A mask stage's per-layer width plot (EffiR Figure 2b) goes beside the row's JSON as NAME-widths.png."""
+    for s in stages:
+        plot = Path(report[s["name"]].get("folder") or out / s["name"]) / "widths.png"
+        if s.get("command") == "mask" and plot.is_file():
+            tmp = results / f".{name}-widths.png.tmp"
+            shutil.copyfile(plot, tmp)
+            os.replace(tmp, results / f"{name}-widths.png")
 
 
 def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, config: dict, ctx: Ctx, a,
@@ -739,8 +752,10 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
     else:
         lines.append("- dense vs untrained: pending.")
     for slim, deeper in EFFIR_PAIRS:   # EffiR's claim: slimming beats deeper dropping at equal size
+        if slim not in docs or deeper not in docs:
+            continue
         for t in tasks:
-            if slim in docs and deeper in docs and pq(slim, t) and pq(deeper, t):
+            if pq(slim, t) and pq(deeper, t):
                 d = paired_bootstrap(pq(slim, t), pq(deeper, t), 2000, 0)
                 lines.append(f"- {ROWS[slim].label} − {ROWS[deeper].label} on {t}: {d['diff']:+.4f} "
                              f"[{d['low']:+.4f}, {d['high']:+.4f}] (p = {d['p']:.3f}).")

@@ -173,6 +173,19 @@ def test_effir_claim_checks_each_pair_of_equal_size(rp, tmp_path):
     assert "### EffiR Table 3 at a milder point" in text and "effir-4m 32" in text
 
 
+def test_mask_stage_width_plot_lands_beside_the_row_json(rp, tmp_path):
+    stages = [{"name": "effir4m-slim", "launcher": "train"}, {"name": "effir4m-mask", "command": "mask"}]
+    for s in stages:
+        (tmp_path / "out" / s["name"]).mkdir(parents=True)
+        (tmp_path / "out" / s["name"] / "widths.png").write_bytes(s["name"].encode())
+    results = tmp_path / "results"
+    results.mkdir()
+    report = {"effir4m-slim": {}, "effir4m-mask": {"folder": str(tmp_path / "out" / "effir4m-mask")}}
+    rp.copy_width_plots("effir-4m", stages, report, tmp_path / "out", results)
+    assert (results / "effir-4m-widths.png").read_bytes() == b"effir4m-mask"       # the mask stage's, not the slim's
+    assert sorted(p.name for p in results.iterdir()) == ["effir-4m-widths.png"]  # no temporary left behind
+
+
 def test_render_without_results_lists_everything_pending(rp, tmp_path):
     text = rp.render(tmp_path / "none", tmp_path / "R.md")
     assert f"0 of {len(rp.ROWS)} rows done" in text and "Quality vs speed" not in text
