@@ -152,14 +152,18 @@ def test_trained_rows_below_the_untrained_model_are_marked_not_properly_trained(
 
 
 def test_gaprune_claim_check_compares_dai_with_each_baseline_on_the_domain(rp, tmp_path):
-    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "gap-dai-50": 0.5, "gap-magnitude-50": 0.3, "gap-random-50": 0.1})
+    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "gap-dai-50": 0.5, "gap-magnitude-50": 0.3, "gap-random-50": 0.1,
+                                         "gapft-dai-50": 0.4, "gapft-fisher-50": 0.45})
     text = rp.render(results, tmp_path / "RESULTS.md")
-    check = next(x for x in text.splitlines() if x.startswith("- DAI 50% − other one-shot masks on financebench"))
+    check = next(x for x in text.splitlines() if x.startswith("- DAI − other masks, one-shot 50%, on financebench"))
     pq = {r: docs[r]["tasks"]["financebench"]["per_query"]["ndcg_at_10"] for r in docs}
     d = paired_bootstrap(pq["gap-dai-50"], pq["gap-magnitude-50"], 2000, 0)
     assert f"magnitude {d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]" in check
     assert "random +" in check and "fisher" not in check              # a pending baseline is left out
-    assert "- DAI 30%" not in text                                    # no DAI row at 30%: no check
+    ft = next(x for x in text.splitlines() if x.startswith("- DAI − other masks, one-shot 50% of the finance-aware"))
+    d = paired_bootstrap(pq["gapft-dai-50"], pq["gapft-fisher-50"], 2000, 0)
+    assert ft.endswith(f"domain fisher {d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}].")   # its own model's rows
+    assert "one-shot 30%" not in text and "+ retrain, on" not in text  # no DAI row there: no check
 
 
 def test_effir_claim_checks_each_pair_of_equal_size(rp, tmp_path):
