@@ -2,7 +2,9 @@
 
 A stage is a ``dsprune`` command (``command: drop``) or a DeepSpeed launcher (``launcher: train``) with its
 arguments. ``${name}`` in an argument is the output folder of an earlier stage, ``${out}`` the recipe's folder,
-``${shared}`` the shared data folder. A stage whose folder holds a ``stage.json`` with the same fingerprint
+``${shared}`` the shared data folder. A recipe's ``params`` (e.g. ``model: smollm2``) name the values a user
+changes between runs; ``${model}`` in an argument is replaced by that value, and ``dsprune run --param
+model=gemma3-270m`` sets it, so one recipe serves another model without an edited copy. A stage whose folder holds a ``stage.json`` with the same fingerprint
 (its resolved arguments plus the fingerprints of the stages it reads) is reused; anything else reruns it.
 
 Sweeps run one recipe many times: with ``cache`` a stage lives in ``cache/<name>-<fingerprint>`` instead of
@@ -46,7 +48,8 @@ class Stage:
     deepspeed_args: list = field(default_factory=list)
 
 
-def load_recipe(path: str | Path | dict, overrides: dict | None = None) -> tuple[dict, list[Stage]]:
+def load_recipe(path: str | Path | dict, overrides: dict | None = None,
+                params: dict | None = None) -> tuple[dict, list[Stage]]:
     """Read and check a recipe (a YAML/JSON file, or its mapping with ``path`` naming where it came from)."""
     if isinstance(path, dict):
         doc, path = path, path.get("path", "recipe")
@@ -56,6 +59,7 @@ def load_recipe(path: str | Path | dict, overrides: dict | None = None) -> tuple
         raise DsPruneError(f"{path}: a recipe needs a non-empty 'stages' list")
     from .cli import COMMANDS
 
+    params = recipe_params(doc, path, params)
     stages, names = [], set()
     for i, s in enumerate(doc["stages"], 1):
         if not isinstance(s, dict) or "name" not in s:
@@ -70,6 +74,7 @@ def load_recipe(path: str | Path | dict, overrides: dict | None = None) -> tuple
             raise DsPruneError(f"{path}: stage {s['name']!r}: no launcher launchers/{s['launcher']}.py")
         args = dict(s.get("args") or {})
         args.update((overrides or {}).get(s["name"], {}))
+        args = _resolve(args, params, whole=True)
         known = stage_options(s.get("command"), s.get("launcher"))
         unknown = sorted(set(args) - known) if known is not None else []
         if unknown:
@@ -81,6 +86,36 @@ def load_recipe(path: str | Path | dict, overrides: dict | None = None) -> tuple
         stages.append(Stage(s["name"], args, s.get("command"), s.get("launcher"), int(s.get("num_gpus", 1)),
                             list(s.get("deepspeed_args", []))))
     return doc, stages
+
+
+def recipe_params(doc: dict, path, given: dict | None) -> dict:
+    """The recipe's ``params`` with ``given`` (from ``--param``) applied; a name the recipe does not declare, or
+    one that is also a stage's, is an error."""
+    declared = doc.get("params") or {}
+    if not isinstance(declared, dict):
+        raise DsPruneError(f"{path}: 'params' must be a mapping of names to values")
+    unknown = sorted(set(given or {}) - set(declared))
+    if unknown:
+        raise DsPruneError(f"{path}: unknown param(s) {', '.join(unknown)}; the recipe declares: "
+                           f"{', '.join(declared) or 'none'}")
+    clash = sorted(set(declared) & ({s.get("name") for s in doc["stages"] if isinstance(s, dict)}
+                                    | {"out", "shared", "repo"}))
+    if clash:
+        raise DsPruneError(f"{path}: param(s) {', '.join(clash)} share a name with a stage or a built-in folder")
+    return {**declared, **(given or {})}
+
+
+def parse_params(items: list[str]) -> dict:
+    """``NAME=VALUE`` pairs from the command line; VALUE is read as YAML (``9`` an int, ``true`` a bool)."""
+    import yaml
+
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise DsPruneError(f"--param {item!r}: expected NAME=VALUE")
+        out[name] = yaml.safe_load(value)
+    return out
 
 
 def stage_options(command: str | None, launcher: str | None) -> set[str] | None:
@@ -103,13 +138,18 @@ def stage_options(command: str | None, launcher: str | None) -> set[str] | None:
     return {f.name for f in dataclasses.fields(cls)} | extra
 
 
-def _resolve(value, folders: dict[str, str]):
+def _resolve(value, folders: dict, whole: bool = False):
+    """Replace the ``${name}`` found in ``folders`` (others stay for a later pass); with ``whole``, an argument
+    that is just ``${name}`` takes the value itself, so a param keeps its type."""
     if isinstance(value, str):
-        return _REF.sub(lambda m: folders[m.group(1)], value)
+        m = _REF.fullmatch(value)
+        if whole and m and m.group(1) in folders:
+            return folders[m.group(1)]
+        return _REF.sub(lambda m: str(folders[m.group(1)]) if m.group(1) in folders else m.group(0), value)
     if isinstance(value, list):
-        return [_resolve(v, folders) for v in value]
+        return [_resolve(v, folders, whole) for v in value]
     if isinstance(value, dict):
-        return {k: _resolve(v, folders) for k, v in value.items()}
+        return {k: _resolve(v, folders, whole) for k, v in value.items()}
     return value
 
 
@@ -138,13 +178,14 @@ Reused = Callable[[Path], None]
 
 def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] | None = None,
                force: bool = False, overrides: dict | None = None, cache: str | Path | None = None,
-               execute: Execute | None = None, on_reuse: Reused | None = None) -> dict[str, dict]:
+               execute: Execute | None = None, on_reuse: Reused | None = None,
+               params: dict | None = None) -> dict[str, dict]:
     """Run every stage in order, reusing finished stages whose inputs did not change (``on_reuse`` is
     told of each reused stage's folder, in order).
 
     Returns, per stage, its status (ran | reused), folder, fingerprint, arguments and seconds.
     """
-    doc, stages = load_recipe(path, overrides)
+    doc, stages = load_recipe(path, overrides, params)
     stem = Path(path).stem if not isinstance(path, dict) else "recipe"
     root = Path(out or doc.get("out") or f"out/{stem}")
     root.mkdir(parents=True, exist_ok=True)

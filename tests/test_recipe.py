@@ -58,3 +58,60 @@ def test_failed_stage_keeps_finished_ones(tiny_dirs, tmp_path, texts):
         run_recipe(_recipe(tmp_path, tiny_dirs["llama"], calib, 99))
     assert (tmp_path / "out" / "score" / "stage.json").is_file()
     assert not (tmp_path / "out" / "drop").exists()
+
+
+def _param_recipe(tmp_path, model, calib):
+    p = tmp_path / "p.yaml"
+    p.write_text(f"""
+out: {tmp_path / 'out'}
+params:
+  model: {model}
+  drop_mlp: 1
+stages:
+  - name: score
+    command: score
+    args: {{model: "${{model}}", calib: {calib}, n_samples: 4}}
+  - name: drop
+    command: drop
+    args: {{model: "${{model}}", scores: "${{score}}", drop_mlp: "${{drop_mlp}}"}}
+""")
+    return p
+
+
+def test_params_switch_the_model_from_the_command_line(tiny_dirs, tmp_path, texts):
+    from dsprune.cli import main
+
+    calib = tmp_path / "c.txt"
+    calib.write_text("\n".join(texts))
+    recipe = _param_recipe(tmp_path, tiny_dirs["llama"], calib)
+    assert main(["run", "--recipe", str(recipe), "--param", f"model={tiny_dirs['gemma3_text']}", "drop_mlp=2"]) == 0
+    stamp = json.loads((tmp_path / "out" / "drop" / "stage.json").read_text())
+    assert stamp["args"]["drop_mlp"] == 2 and stamp["args"]["model"] == str(tiny_dirs["gemma3_text"])   # typed, not "2"
+    man = json.loads((tmp_path / "out" / "drop" / "manifest.json").read_text())
+    assert len(man["structure"]["drop_mlp"]) == 2
+    config = json.loads((tmp_path / "out" / "drop" / "config.json").read_text())
+    assert config["base"]["model_type"].startswith("gemma3")                     # the other family went through
+    r = run_recipe(recipe)                                   # the declared default: another model, so both rerun
+    assert [v["status"] for v in r.values()] == ["ran", "ran"]
+    assert len(json.loads((tmp_path / "out" / "drop" / "manifest.json").read_text())["structure"]["drop_mlp"]) == 1
+
+
+@pytest.mark.parametrize("body,params,msg", [
+    ("params: {model: a}\nstages:\n  - name: model\n    command: score", {}, "share a name"),
+    ("params: {model: a}\nstages:\n  - name: s\n    command: score", {"modle": "b"}, "unknown param(s) modle"),
+    ("params: [a]\nstages:\n  - name: s\n    command: score", {}, "'params' must be a mapping"),
+])
+def test_bad_params(tmp_path, body, params, msg):
+    p = tmp_path / "r.yaml"
+    p.write_text(body)
+    with pytest.raises(DsPruneError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        load_recipe(p, params=params)
+
+
+def test_param_values_from_the_command_line_are_typed():
+    from dsprune.recipe import parse_params
+
+    assert parse_params(["drop_mlp=9", "model=gemma3-270m", "ratio=0.3"]) == {"drop_mlp": 9, "model": "gemma3-270m",
+                                                                              "ratio": 0.3}
+    with pytest.raises(DsPruneError, match="NAME=VALUE"):
+        parse_params(["drop_mlp"])

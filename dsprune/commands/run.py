@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..recipe import run_recipe
+from ..recipe import parse_params, run_recipe
 
 POSITIONAL = "recipe"
 
@@ -13,10 +13,12 @@ class Args:
     recipe: str = field(metadata={"help": "recipe YAML (see recipes/)"})
     out: str | None = field(default=None, metadata={"help": "output root (default: the recipe's `out`)"})
     force: bool = field(default=False, metadata={"help": "rerun every stage"})
+    param: list[str] = field(default_factory=list, metadata={
+        "help": "NAME=VALUE for the recipe's params, e.g. model=gemma3-270m drop_mlp=9"})
 
 
 def run(args: Args) -> int:
-    report = run_recipe(args.recipe, args.out, force=args.force)
+    report = run_recipe(args.recipe, args.out, force=args.force, params=parse_params(args.param))
     w = max(len(n) for n in report)
     print("\n" + "\n".join(f"{n:<{w}}  {r['status']:<7} {r.get('seconds', '')} s" for n, r in report.items()))
     return 0
