@@ -282,9 +282,14 @@ def gap_prune(ctx: Ctx, method: str, pct: int, structured: bool = False, source:
 
 
 # Where GAPrune's claim is checked: (what, method -> row). Each set compares masks of one sparsity on one model.
-GAP_CLAIM_SETS = [("one-shot 30%", lambda m: f"gap-{m}-30"), ("one-shot 50%", lambda m: f"gap-{m}-50"),
-                  ("one-shot 50% of the finance-aware retriever", lambda m: f"gapft-{m}-50"),
-                  ("50% + retrain", lambda m: f"gap-{m}-50-retrain")]
+# The reference is the unpruned model of that setting (for retraining: the control with the same retraining).
+GAP_CLAIM_SETS = [("one-shot 30%", lambda m: f"gap-{m}-30", "dense"),
+                  ("one-shot 50%", lambda m: f"gap-{m}-50", "dense"),
+                  ("one-shot 50% of the finance-aware retriever", lambda m: f"gapft-{m}-50", "gap-dense-retrain"),
+                  ("50% + retrain", lambda m: f"gap-{m}-50-retrain", "gap-dense-retrain")]
+GAP_PLOT_TITLES = {"one-shot 30%": "one-shot 30%", "one-shot 50%": "one-shot 50%",
+                   "one-shot 50% of the finance-aware retriever": "one-shot 50%,\nfinance-aware",
+                   "50% + retrain": "50% + retrain"}
 
 
 # ---- rows ----------------------------------------------------------------------------------------------
@@ -791,7 +796,7 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
                 d = paired_bootstrap(pq(slim, t), pq(deeper, t), 2000, 0)
                 lines.append(f"- {ROWS[slim].label} − {ROWS[deeper].label} on {t}: {d['diff']:+.4f} "
                              f"[{d['low']:+.4f}, {d['high']:+.4f}] (p = {d['p']:.3f}).")
-    for what, row_of in GAP_CLAIM_SETS:   # GAPrune's claim: DAI keeps domain quality best
+    for what, row_of, _ in GAP_CLAIM_SETS:   # GAPrune's claim: DAI keeps domain quality best
         dai = row_of("dai")
         if dai not in docs or not pq(dai, DOMAIN_TASK):
             continue
@@ -853,6 +858,11 @@ def render(results: Path, md: Path) -> str:
         out += ["## Quality vs speed", "", f"![quality vs speed]({os.path.relpath(png, md.parent)})", "",
                 "Mean nDCG@10 against the measured document-encoding speed-up; bars: the paired interval of "
                 "the difference to the dense retriever.", ""]
+    gap_png = results / "gaprune_methods.png"
+    if plot_gaprune(docs, tasks, results, gap_png):
+        out += ["## GAPrune methods side by side", "", f"![GAPrune methods]({os.path.relpath(gap_png, md.parent)})",
+                "", "nDCG@10 of each mask per setting; dashed: the setting's unpruned reference (dense, or the "
+                "control retrained on FinanceBench train); bars: the paired interval of the difference to it.", ""]
     out += ["## Provenance", ""]
     for r in ROWS:
         if r in docs:
@@ -881,6 +891,25 @@ def plot_front(docs: dict, tasks: list[str], results: Path, png: Path) -> bool:
         return False
     try:
         front.plot(cmp["table"], png)
+    except DsPruneError:
+        return False
+    return True
+
+
+def plot_gaprune(docs: dict, tasks: list[str], results: Path, png: Path) -> bool:
+    """GAPrune's settings as grouped bars (dsprune.report.methods), a bar per finished mask."""
+    from dsprune.report import methods
+    groups = []
+    for what, row_of, ref in GAP_CLAIM_SETS:
+        rows = {GAP_LABELS[m]: row_of(m) for m in GAP_LABELS if row_of(m) in docs and row_of(m) in ROWS}
+        if not rows or ref not in docs:
+            continue
+        cmp = compare_rows(ref, [ref, *rows.values()], docs, tasks, results)
+        groups.append({"title": GAP_PLOT_TITLES[what], "reference": ROWS[ref].label,
+                       "ref_scores": {t: (cmp["rows"][ref]["tasks"].get(t) or {}).get("score") for t in tasks},
+                       "bars": {label: cmp["rows"][r]["tasks"] for label, r in rows.items()}})
+    try:
+        methods.plot_groups(groups, tasks, png, "GAPrune: masks of the MLP weights")
     except DsPruneError:
         return False
     return True

@@ -164,6 +164,7 @@ def test_gaprune_claim_check_compares_dai_with_each_baseline_on_the_domain(rp, t
     d = paired_bootstrap(pq["gapft-dai-50"], pq["gapft-fisher-50"], 2000, 0)
     assert ft.endswith(f"domain fisher {d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}].")   # its own model's rows
     assert "one-shot 30%" not in text and "+ retrain, on" not in text  # no DAI row there: no check
+    assert "gaprune_methods.png)" in text and (results / "gaprune_methods.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_effir_claim_checks_each_pair_of_equal_size(rp, tmp_path):
