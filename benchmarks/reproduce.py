@@ -619,11 +619,14 @@ def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, conf
         figs = formats.read_json(man).get("figures", {}) if man.is_file() else {}
         if figs:
             training["train_dense.py"] = {k: figs.get(k) for k in ("steps", "train_seconds", "first_loss", "final_loss")}
+    mask = model_info.get("mask")
     for s in stages:
         if s.get("launcher") == "train":
             man = folder(s["name"]) / formats.MANIFEST
-            figs = formats.read_json(man).get("figures", {}) if man.is_file() else {}
+            run_info = formats.read_json(man) if man.is_file() else {}
+            figs = run_info.get("figures", {})
             training[s["name"]] = {k: figs.get(k) for k in ("steps", "train_seconds", "first_loss", "final_loss")}
+            mask = mask or run_info.get("mask")   # models retrained before their manifest named the held mask
     stage_info = [{"name": s["name"], "status": report[s["name"]]["status"],
                    "seconds": report[s["name"]].get("seconds"),
                    "command": stage_command(s, {**report[s["name"]]["args"],
@@ -636,7 +639,7 @@ def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, conf
         "command": row_command(a, row.name), "invocation": shlex.join([sys.executable, *sys.argv]),
         "stages": stage_info, "tasks": tasks, "params": res.get("params"), "model": res.get("model"),
         "model_fingerprint": res.get("fingerprint"),
-        "structure": model_info.get("structure"), "mask": model_info.get("mask"),
+        "structure": model_info.get("structure"), "mask": mask,
         "speed": speed, "training": training, "inputs": ctx.inputs,
         "wall_seconds": round(wall, 1),
         "compute_seconds": round(sum(s["seconds"] or 0 for s in stage_info), 1),

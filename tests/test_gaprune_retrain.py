@@ -38,6 +38,9 @@ def _check(out, model, mask_dir, moved_somewhere=True):
     assert moved == moved_somewhere  # training changed the kept weights
     man = formats.read_manifest(out / "model")
     assert man["stage"] == "retrain"
+    kept = sum(int(m.sum()) for m in tensors.values())
+    assert man["mask"]["kind"] == "unstructured" and man["mask"]["zeros_on_disk"] is True   # said in the manifest
+    assert man["mask"]["kept"] == kept and man["mask"]["sparsity"] == pytest.approx(0.5, abs=1e-3)
 
 
 @pytest.mark.parametrize("name,extra", [

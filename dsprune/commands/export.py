@@ -27,7 +27,7 @@ class Args:
 def run(args: Args) -> int:
     from ..encoder import Encoder
     from ..surgery import prune
-    from ..surgery.mask import apply_mask_dir
+    from ..surgery.mask import apply_mask_dir, manifest_entry
 
     if args.mask is None:
         raise DsPruneError("--mask is required (a folder written by `dsprune prune` or `dsprune mask`)")
@@ -37,11 +37,7 @@ def run(args: Args) -> int:
     before = prune.count_params(enc.model)
     applied = apply_mask_dir(enc, args.mask)
     meta = applied.pop("meta")
-    mask_info = {"kind": applied["kind"], "kept": applied["kept"], "total": applied["total"],
-                 "sparsity": 1 - applied["kept"] / applied["total"], "zeros_on_disk": applied["zeros_on_disk"],
-                 "method": meta.get("method"), "note": ("unstructured mask: pruned weights are stored as zeros "
-                                                        "in dense tensors (no size or speed change)")
-                 if applied["kind"] == "unstructured" else "structured mask: pruned MLP neurons removed"}
+    mask_info = manifest_entry(applied["kind"], applied["kept"], applied["total"], meta.get("method"))
     prune.export(enc, args.out, args.overwrite, stage="export",
                  inputs={"model": args.model, "mask": args.mask},
                  config={k: v for k, v in vars(args).items() if k not in ("out", "overwrite")},

@@ -102,6 +102,15 @@ def check_unstructured(enc: Encoder, tensors: dict[str, torch.Tensor], where: st
     return out
 
 
+def manifest_entry(kind: str, kept: int, total: int, method: str | None) -> dict:
+    """What a model's manifest says of the mask it was exported with: a reader must learn that an unstructured
+    mask left zeros in dense tensors (no size or speed change), whether it came from export or retraining."""
+    return {"kind": kind, "kept": kept, "total": total, "sparsity": 1 - kept / total if total else 0.0,
+            "zeros_on_disk": kind == "unstructured", "method": method,
+            "note": "unstructured mask: pruned weights are stored as zeros in dense tensors (no size or speed change)"
+            if kind == "unstructured" else "structured mask: pruned MLP neurons removed"}
+
+
 def apply_mask(enc: Encoder, tensors: dict[str, torch.Tensor], kind: str, where: str = "mask",
                scale: dict[str, torch.Tensor] | None = None) -> dict:
     """Apply a mask to ``enc`` in place; returns what changed (kept/total, structure).

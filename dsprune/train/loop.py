@@ -52,6 +52,7 @@ class Hooks:
     before_export: Callable[[Encoder], None] | None = None
     stage: str = "train"
     manifest_extra: dict = field(default_factory=dict)
+    export_extra: dict = field(default_factory=dict)     # entries of the exported model's manifest (e.g. its mask)
 
 
 # ---- set-up -----------------------------------------------------------------------------------------------
@@ -468,5 +469,5 @@ def _export(engine, args: TrainArgs, hooks: Hooks, rank: int, device: str, out: 
     target = out / "model"
     export(fresh, target, overwrite=True, stage=hooks.stage,
            inputs={"model": args.model, "train_data": list(args.train_data), "run": str(out)},
-           config=dataclasses.asdict(args), params_before=params_before)
+           config=dataclasses.asdict(args), params_before=params_before, **hooks.export_extra)
     return target

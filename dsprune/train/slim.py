@@ -91,9 +91,14 @@ def stage_hooks(args: StageArgs) -> Hooks:
     state: dict = {}
     extra: dict = {}
     mask_tensors = mask_meta = None
+    export_extra: dict = {}
     if args.mask is not None:
         mask_tensors, mask_meta = formats.read_mask(args.mask)
         extra["mask"] = {"folder": str(args.mask), **{k: v for k, v in mask_meta.items() if k != "widths"}}
+        from ..surgery.mask import manifest_entry
+        kept = sum(int(m.sum()) for m in mask_tensors.values())
+        export_extra = {"mask": manifest_entry(mask_meta.get("kind"), kept, sum(m.numel() for m in mask_tensors.values()),
+                                               mask_meta.get("method"))}
     slim = args.mode == "slim"
     if slim:
         extra["slim"] = {"lambda": args.slim_lambda, "beta": args.slim_beta, "normalise": args.slim_normalise,
@@ -148,7 +153,7 @@ def stage_hooks(args: StageArgs) -> Hooks:
                  extra_loss=extra_loss if slim else None,
                  after_step=after_step if (slim or args.mask is not None) else None,
                  before_export=before_export, stage="slim" if slim else ("retrain" if args.mask else "train"),
-                 manifest_extra=extra)
+                 manifest_extra=extra, export_extra=export_extra)
 
 
 def _save_gates(out: Path, values: dict[int, torch.Tensor], enc) -> None:
