@@ -302,6 +302,7 @@ class Row:
     core: Callable[[Ctx], tuple[list[dict], str]]   # stages up to the model to score, and that model
     bench: str | None = None                         # bench baseline: "model" (full SmolLM2) | "dense"
     headline: bool = False                           # also full SciFact with --headline-scifact
+    trained_last: bool = True                        # False: its training came before a one-shot prune
 
     def stages(self, ctx: Ctx) -> list[dict]:
         stages, target = self.core(ctx)
@@ -417,7 +418,7 @@ def _rows() -> dict[str, Row]:
     for m in ("dai", "daibal", "magnitude", "fisher", "random"):
         rows.append(Row(f"gapft-{m}-50", f"{GAP_LABELS[m]} 50%", f"one-shot {GAP_METHODS.get(m, 'dai, Fisher balanced,')} mask, 50% "
                         "of the MLP weights of the finance-aware retriever (gap-dense-retrain), no training",
-                        gap_oneshot_core(f"gapft-{m}-50", m, 50, source="ft")))
+                        gap_oneshot_core(f"gapft-{m}-50", m, 50, source="ft"), trained_last=False))
     for pct in (30, 50):
         rows.append(Row(f"gap-dai-neurons-{pct}", f"DAI neurons {pct}%", f"structured DAI: {pct}% of the MLP "
                         "neurons removed, no training", gap_oneshot_core(f"gap-dai-neurons-{pct}", "dai", pct, True),
@@ -728,7 +729,7 @@ def under_trained(docs: dict) -> dict[str, dict]:
     out = {}
     for r, d in docs.items():
         pq = (d["tasks"].get(task) or {}).get("per_query", {}).get("ndcg_at_10")
-        if base and pq and d.get("training") and r != "dense":
+        if base and pq and d.get("training") and r != "dense" and ROWS[r].trained_last:
             ci = paired_bootstrap(pq, base, 2000, 0)
             if ci["high"] < 0:
                 out[r] = ci

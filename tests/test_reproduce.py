@@ -93,7 +93,7 @@ def _doc(rp, row, scores, speed=None, seed=0):
             "params": 134_515_008, "speed": speed, "compute_seconds": 600, "wall_seconds": 300,
             "code_version": "abc1234", "model_fingerprint": row,
             "stages": [{"name": f"{row}-eval", "command": f"dsprune eval --model m --out o/{row}-eval"}],
-            "training": {f"{row}-train": {"steps": 32}} if row.startswith(("t2-", "effir")) else {}}
+            "training": {f"{row}-train": {"steps": 32}} if row.startswith(("t2-", "effir", "gapft-")) else {}}
 
 
 def _grid(rp, tmp_path, means: dict, speeds: dict | None = None):
@@ -143,8 +143,10 @@ def test_render_tables_with_cis_and_pending(rp, tmp_path):
 
 
 def test_trained_rows_below_the_untrained_model_are_marked_not_properly_trained(rp, tmp_path):
-    # t1-8m: a drop without training; t2-19m trained and clearly worse than untrained; effir trained, not worse
-    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "untrained": 0.3, "t1-8m": 0.1, "t2-19m": 0.1, "effir": 0.32})
+    # t1-8m: a drop without training; t2-19m trained and clearly worse than untrained; effir trained, not worse;
+    # gapft-random-50: trained, then pruned one-shot (its loss is the pruning's, not a failed training)
+    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "untrained": 0.3, "t1-8m": 0.1, "t2-19m": 0.1, "effir": 0.32,
+                                         "gapft-random-50": 0.1})
     text = rp.render(results, tmp_path / "RESULTS.md")
     assert set(rp.under_trained(docs)) == {"t2-19m"}
     assert "| Drop-19M † |" in text and "| Drop-8M |" in text and "| EffiR (15M + slim 30%) |" in text
