@@ -4,8 +4,9 @@ A stage is a ``dsprune`` command (``command: drop``) or a DeepSpeed launcher (``
 arguments. ``${name}`` in an argument is the output folder of an earlier stage, ``${out}`` the recipe's folder,
 ``${shared}`` the shared data folder. A recipe's ``params`` (e.g. ``model: smollm2``) name the values a user
 changes between runs; ``${model}`` in an argument is replaced by that value, and ``dsprune run --param
-model=gemma3-270m`` sets it, so one recipe serves another model without an edited copy. A stage whose folder holds a ``stage.json`` with the same fingerprint
-(its resolved arguments plus the fingerprints of the stages it reads) is reused; anything else reruns it.
+model=gemma3-270m`` sets it, so one recipe serves another model without an edited copy. A stage whose folder
+holds a ``stage.json`` with the same fingerprint (its resolved arguments plus the fingerprints of the stages it
+reads) is reused; anything else reruns it.
 
 Sweeps run one recipe many times: with ``cache`` a stage lives in ``cache/<name>-<fingerprint>`` instead of
 ``out/<name>``, so trials that agree on a stage's inputs share it (under a file lock), and ``execute`` lets the
