@@ -416,7 +416,8 @@ def _rows() -> dict[str, Row]:
         rows.append(Row(f"gap-{m}-50-retrain", f"{GAP_LABELS[m]} 50% + retrain", f"{GAP_METHODS[m]} mask at 50%, held while "
                         "retraining on FinanceBench train", gap_retrain_core(f"gap-{m}-50-retrain", m)))
     for m in ("dai", "daibal", "magnitude", "fisher", "random"):
-        rows.append(Row(f"gapft-{m}-50", f"{GAP_LABELS[m]} 50%", f"one-shot {GAP_METHODS.get(m, 'dai, Fisher balanced,')} mask, 50% "
+        what = GAP_METHODS.get(m, "dai, Fisher balanced,")
+        rows.append(Row(f"gapft-{m}-50", f"{GAP_LABELS[m]} 50%", f"one-shot {what} mask, 50% "
                         "of the MLP weights of the finance-aware retriever (gap-dense-retrain), no training",
                         gap_oneshot_core(f"gapft-{m}-50", m, 50, source="ft"), trained_last=False))
     for pct in (30, 50):

@@ -97,8 +97,8 @@ def stage_hooks(args: StageArgs) -> Hooks:
         extra["mask"] = {"folder": str(args.mask), **{k: v for k, v in mask_meta.items() if k != "widths"}}
         from ..surgery.mask import manifest_entry
         kept = sum(int(m.sum()) for m in mask_tensors.values())
-        export_extra = {"mask": manifest_entry(mask_meta.get("kind"), kept, sum(m.numel() for m in mask_tensors.values()),
-                                               mask_meta.get("method"))}
+        total = sum(m.numel() for m in mask_tensors.values())
+        export_extra = {"mask": manifest_entry(mask_meta.get("kind"), kept, total, mask_meta.get("method"))}
     slim = args.mode == "slim"
     if slim:
         extra["slim"] = {"lambda": args.slim_lambda, "beta": args.slim_beta, "normalise": args.slim_normalise,
