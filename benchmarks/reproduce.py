@@ -36,7 +36,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, sh  # noqa: E402
@@ -281,15 +281,20 @@ def gap_prune(ctx: Ctx, method: str, pct: int, structured: bool = False, source:
     return stages + [command(name, "prune", **args)]
 
 
-# Where GAPrune's claim is checked: (what, method -> row). Each set compares masks of one sparsity on one model.
-# The reference is the unpruned model of that setting (for retraining: the control with the same retraining).
-GAP_CLAIM_SETS = [("one-shot 30%", lambda m: f"gap-{m}-30", "dense"),
-                  ("one-shot 50%", lambda m: f"gap-{m}-50", "dense"),
-                  ("one-shot 50% of the finance-aware retriever", lambda m: f"gapft-{m}-50", "gap-dense-retrain"),
-                  ("50% + retrain", lambda m: f"gap-{m}-50-retrain", "gap-dense-retrain")]
-GAP_PLOT_TITLES = {"one-shot 30%": "one-shot 30%", "one-shot 50%": "one-shot 50%",
-                   "one-shot 50% of the finance-aware retriever": "one-shot 50%,\nfinance-aware",
-                   "50% + retrain": "50% + retrain"}
+class GapSetting(NamedTuple):
+    """Where GAPrune's claim is checked: masks of one sparsity on one model, against that setting's unpruned
+    reference (for retraining: the control with the same retraining)."""
+    what: str
+    title: str                       # its label in the methods figure
+    row_of: Callable[[str], str]     # method -> row
+    reference: str
+
+
+GAP_CLAIM_SETS = [GapSetting("one-shot 30%", "one-shot 30%", lambda m: f"gap-{m}-30", "dense"),
+                  GapSetting("one-shot 50%", "one-shot 50%", lambda m: f"gap-{m}-50", "dense"),
+                  GapSetting("one-shot 50% of the finance-aware retriever", "one-shot 50%,\nfinance-aware",
+                             lambda m: f"gapft-{m}-50", "gap-dense-retrain"),
+                  GapSetting("50% + retrain", "50% + retrain", lambda m: f"gap-{m}-50-retrain", "gap-dense-retrain")]
 
 
 # ---- rows ----------------------------------------------------------------------------------------------
@@ -801,7 +806,7 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
                 d = paired_bootstrap(pq(slim, t), pq(deeper, t), 2000, 0)
                 lines.append(f"- {ROWS[slim].label} − {ROWS[deeper].label} on {t}: {d['diff']:+.4f} "
                              f"[{d['low']:+.4f}, {d['high']:+.4f}] (p = {d['p']:.3f}).")
-    for what, row_of, _ in GAP_CLAIM_SETS:   # GAPrune's claim: DAI keeps domain quality best
+    for what, _, row_of, _ in GAP_CLAIM_SETS:   # GAPrune's claim: DAI keeps domain quality best
         dai = row_of("dai")
         if dai not in docs or not pq(dai, DOMAIN_TASK):
             continue
@@ -905,12 +910,12 @@ def plot_gaprune(docs: dict, tasks: list[str], results: Path, png: Path) -> bool
     """GAPrune's settings as grouped bars (dsprune.report.methods), a bar per finished mask."""
     from dsprune.report import methods
     groups = []
-    for what, row_of, ref in GAP_CLAIM_SETS:
-        rows = {GAP_LABELS[m]: row_of(m) for m in GAP_LABELS if row_of(m) in docs and row_of(m) in ROWS}
+    for _, title, row_of, ref in GAP_CLAIM_SETS:
+        rows = {GAP_LABELS[m]: row_of(m) for m in GAP_LABELS if row_of(m) in docs}   # docs hold grid rows only
         if not rows or ref not in docs:
             continue
         cmp = compare_rows(ref, [ref, *rows.values()], docs, tasks, results)
-        groups.append({"title": GAP_PLOT_TITLES[what], "reference": ROWS[ref].label,
+        groups.append({"title": title, "reference": ROWS[ref].label,
                        "ref_scores": {t: (cmp["rows"][ref]["tasks"].get(t) or {}).get("score") for t in tasks},
                        "bars": {label: cmp["rows"][r]["tasks"] for label, r in rows.items()}})
     try:

@@ -40,10 +40,9 @@ def plot_groups(groups: list[dict], tasks: list[str], path: str | Path, title: s
                     continue
                 x, y, d = gi - 0.4 + width * (mi + 0.5), cell["score"], cell.get("delta")
                 yerr = [[d["diff"] - d["low"]], [d["high"] - d["diff"]]] if d else None
-                ax.bar([x], [y], width, color=colors[m], label=None if m in labelled else m)
+                ax.bar([x], [y], width, yerr=yerr, capsize=2, error_kw={"lw": 1}, color=colors[m],
+                       label=None if m in labelled else m)
                 labelled.add(m)
-                if yerr:
-                    ax.errorbar([x], [y], yerr=yerr, fmt="none", ecolor="black", capsize=2, lw=1)
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels([f"{g['title']}\n(- - {g['reference']})" for g in groups], fontsize=8)
         ax.set_ylabel(f"{task} nDCG@10")

@@ -102,6 +102,11 @@ def check_unstructured(enc: Encoder, tensors: dict[str, torch.Tensor], where: st
     return out
 
 
+def mask_counts(tensors: dict[str, torch.Tensor]) -> tuple[int, int]:
+    """(kept, total) entries of a mask: weights for an unstructured one, neurons for a structured one."""
+    return sum(int(m.sum()) for m in tensors.values()), sum(m.numel() for m in tensors.values())
+
+
 def manifest_entry(kind: str, kept: int, total: int, method: str | None) -> dict:
     """What a model's manifest says of the mask it was exported with: a reader must learn that an unstructured
     mask left zeros in dense tensors (no size or speed change), whether it came from export or retraining."""
@@ -123,8 +128,7 @@ def apply_mask(enc: Encoder, tensors: dict[str, torch.Tensor], kind: str, where:
         with torch.no_grad():
             for name, p in params.items():
                 p.mul_(tensors[name].to(device=p.device, dtype=p.dtype))
-        kept = sum(int(m.sum()) for m in tensors.values())
-        total = sum(m.numel() for m in tensors.values())
+        kept, total = mask_counts(tensors)
         return {"kind": kind, "kept": kept, "total": total, "zeros_on_disk": True}
     if kind == "structured":
         keep = {}
@@ -141,8 +145,7 @@ def apply_mask(enc: Encoder, tensors: dict[str, torch.Tensor], kind: str, where:
                 raise DsPruneError(f"{where}: scale key {unknown[0]!r} has no mask entry")
             fold_values(enc, {int(k.split(".")[1]): v for k, v in scale.items()})
         slice_neurons(enc, keep)
-        kept = sum(int(m.sum()) for m in keep.values())
-        total = sum(m.numel() for m in keep.values())
+        kept, total = mask_counts(keep)
         return {"kind": kind, "kept": kept, "total": total, "zeros_on_disk": False, "scaled": bool(scale),
                 "structure": structure(enc)}
     raise DsPruneError(f"{where}: mask kind must be 'structured' or 'unstructured', not {kind!r}")

@@ -95,10 +95,9 @@ def stage_hooks(args: StageArgs) -> Hooks:
     if args.mask is not None:
         mask_tensors, mask_meta = formats.read_mask(args.mask)
         extra["mask"] = {"folder": str(args.mask), **{k: v for k, v in mask_meta.items() if k != "widths"}}
-        from ..surgery.mask import manifest_entry
-        kept = sum(int(m.sum()) for m in mask_tensors.values())
-        total = sum(m.numel() for m in mask_tensors.values())
-        export_extra = {"mask": manifest_entry(mask_meta.get("kind"), kept, total, mask_meta.get("method"))}
+        from ..surgery.mask import manifest_entry, mask_counts
+        export_extra = {"mask": manifest_entry(mask_meta.get("kind"), *mask_counts(mask_tensors),
+                                               mask_meta.get("method"))}
     slim = args.mode == "slim"
     if slim:
         extra["slim"] = {"lambda": args.slim_lambda, "beta": args.slim_beta, "normalise": args.slim_normalise,
