@@ -873,6 +873,7 @@ def render(results: Path, md: Path) -> str:
         out += ["## GAPrune methods side by side", "", f"![GAPrune methods]({os.path.relpath(gap_png, md.parent)})",
                 "", "nDCG@10 of each mask per setting; dashed: the setting's unpruned reference (dense, or the "
                 "control retrained on FinanceBench train); bars: the paired interval of the difference to it.", ""]
+    out += render_families(results, md)
     out += ["## Provenance", ""]
     for r in ROWS:
         if r in docs:
@@ -886,6 +887,30 @@ def render(results: Path, md: Path) -> str:
     tmp.write_text(text)
     os.replace(tmp, md)
     return text
+
+
+def render_families(results: Path, md: Path) -> list[str]:
+    """Another model family through recipes/effir-smollm2.yaml (benchmarks/family.py): the recipe's own report."""
+    from dsprune.report.compare import markdown
+    out = []
+    for p in sorted((results / "families").glob("*.json")):
+        d = formats.read_json(p, "model family results")
+        if not isinstance(d, dict) or not {"title", "command", "report", "stages"} <= set(d):
+            print(f"note: {p} is not a benchmarks/family.py result, ignored", file=sys.stderr)
+            continue
+        minutes = sum(s.get("seconds") or 0 for s in d["stages"]) / 60
+        out += [f"## A second model family: {d['title']}", "",
+                f"`{d['recipe']}`'s stages with only the model changed: `.venv/bin/python benchmarks/family.py "
+                f"{d['family']}` runs `{d['command']}` ({d.get('code_version')}, {minutes:.0f} min of stages on 2 "
+                "CPU cores) and keeps the recipe's `report` stage. The reference is the unpruned model given the "
+                "same training budget (`train-full`); *as shipped* is the model before any retrieval training.", "",
+                markdown(d["report"]), ""]
+        if d.get("plot") and (results / "families" / d["plot"]).is_file():
+            out += [f"![{d['title']}: quality vs speed]({os.path.relpath(results / 'families' / d['plot'], md.parent)})",
+                    ""]
+        out += ["Stage minutes: " + ", ".join(f"{s['name']} {(s.get('seconds') or 0) / 60:.0f}"
+                                              for s in d["stages"]) + ".", ""]
+    return out
 
 
 def plot_front(docs: dict, tasks: list[str], results: Path, png: Path) -> bool:

@@ -1,0 +1,89 @@
+"""A second model family through EffiR's recipe with only the model changed (issue 8's "Show").
+
+    flock /tmp/dsprune-heavy.lock nohup .venv/bin/python benchmarks/family.py gemma3 > out/family.log 2>&1 &
+
+Runs ``recipes/effir-smollm2.yaml`` with the family's params (``dsprune run --param``), into
+``out/recipes/effir-FAMILY``, where finished stages are reused, so an interrupted run resumes. The recipe ends
+with a report of every model against the unpruned model given the same training budget (paired bootstrap
+intervals, measured speed-ups); this script keeps that report, the stage times and the command as
+``benchmarks/results/families/FAMILY.json`` (+ its quality-vs-speed PNG) and re-renders RESULTS.md, so the
+family's table is made by committed code like every row of the grid.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, launch_env, sh  # noqa: E402
+
+sys.path.insert(0, str(REPO))
+from dsprune import formats  # noqa: E402
+from dsprune.recipe import STAMP, load_recipe  # noqa: E402
+
+RECIPE = REPO / "recipes" / "effir-smollm2.yaml"
+# family -> (title, recipe params): the MLP drop scaled like SmolLM2's 15 of 30 (EffiR's 16 of 32)
+FAMILIES = {"gemma3": ("Gemma 3 270M (18 blocks: drop 9 MLPs)", {"model": "gemma3-270m", "drop_mlp": 9})}
+RESULTS = REPO / "benchmarks" / "results" / "families"
+
+
+def command(family: str) -> list[str]:
+    params = [f"{k}={v}" for k, v in FAMILIES[family][1].items()]
+    return ["dsprune", "run", "--recipe", str(RECIPE.relative_to(REPO)), "--param", *params,
+            "--out", f"out/recipes/effir-{family}"]
+
+
+def collect(family: str, out: Path, results: Path) -> Path:
+    """The recipe's report with what made it: stage commands and times, code version."""
+    title, params = FAMILIES[family]
+    _, stages = load_recipe(RECIPE, params=params)
+    report = out / "report"
+    table = formats.read_json(report / "report.json", "recipe report")
+    done = []
+    for s in stages:
+        stamp = out / s.name / STAMP
+        if not stamp.is_file():
+            raise SystemExit(f"{stamp}: stage {s.name!r} has not finished; rerun benchmarks/family.py {family}")
+        info = json.loads(stamp.read_text())
+        done.append({"name": s.name, "seconds": info.get("seconds"), "launcher": info.get("launcher"),
+                     "command": info.get("command")})
+    doc = {"family": family, "title": title, "params": params, "recipe": str(RECIPE.relative_to(REPO)),
+           "command": shlex.join(command(family)), "code_version": formats.code_version(),
+           "stages": done, "report": table}
+    results.mkdir(parents=True, exist_ok=True)
+    png = report / "quality_vs_speed.png"
+    if png.is_file():
+        shutil.copyfile(png, results / f".{family}.png.tmp")
+        (results / f".{family}.png.tmp").replace(results / f"{family}_quality_vs_speed.png")
+        doc["plot"] = f"{family}_quality_vs_speed.png"
+    dest = results / f"{family}.json"
+    formats.write_json(dest, doc)      # written to a temporary name and renamed
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("family", choices=sorted(FAMILIES))
+    ap.add_argument("--collect", action="store_true", help="only collect the finished recipe's report")
+    ap.add_argument("--results", default=str(RESULTS))
+    a = ap.parse_args(argv)
+    out = REPO / "out" / "recipes" / f"effir-{a.family}"
+    if not a.collect:
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = command(a.family)
+        cmd[0] = str(Path(sys.executable).parent / "dsprune")
+        print(f"running the recipe (~3 h from scratch on 2 CPU cores; log {out}.log)", flush=True)
+        sh(cmd, Path(f"{out}.log"), launch_env())
+    dest = collect(a.family, out, Path(a.results))
+    print(f"wrote {dest}")
+    import reproduce
+    reproduce.main(["--render"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
