@@ -304,13 +304,16 @@ def _gguf_to_folder(folder: Path, fname: str) -> Path:
     out = cache_dir() / "gguf" / f"{src.stem}-{key}"
     if (out / "config.json").is_file():
         return out
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
-    loaded = AutoModel.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
-    fresh = type(loaded)(loaded.config)
-    fresh.load_state_dict(loaded.state_dict())
-    with formats.output_dir(out, overwrite=True) as tmp:
-        fresh.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
+    with formats.exclusive(out.with_name(f".{out.name}.lock")):     # two ranks: one converts, one waits
+        if (out / "config.json").is_file():
+            return out
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
+        loaded = AutoModel.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+        fresh = type(loaded)(loaded.config)
+        fresh.load_state_dict(loaded.state_dict())
+        with formats.output_dir(out, overwrite=True) as tmp:
+            fresh.save_pretrained(tmp, safe_serialization=True)
+            tok.save_pretrained(tmp)
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import fcntl
 import json
 import os
 import shutil
@@ -111,6 +112,20 @@ def check_output(out: str | os.PathLike, overwrite: bool = False) -> Path:
     if out.exists() and not overwrite:
         raise DsPruneError(f"output folder exists: {out} (pass --overwrite to replace it)")
     return out
+
+
+@contextlib.contextmanager
+def exclusive(lock: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``lock``, so two processes (two ranks of one launch, two runs of one
+    recipe) never build the same output at once; the second waits, then finds it made."""
+    lock = Path(lock)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager

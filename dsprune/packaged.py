@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from . import formats
 from .errors import DsPruneError
 from .settings import cache_dir
 
@@ -34,12 +35,14 @@ def resolve(name: str) -> Path:
         return _package_dir(module, install) / rel
     # Gemma ships in parts that its package assembles into one GGUF file.
     out = cache_dir() / "gguf" / "gemma-3-270m-Q4_K_M.gguf"
-    if not out.is_file():
-        import importlib
+    if out.is_file():
+        return out
+    import importlib
 
-        out.parent.mkdir(parents=True, exist_ok=True)
-        _package_dir(module, install)
-        importlib.import_module(module).assemble(str(out))
+    with formats.exclusive(out.with_name(f".{out.name}.lock")):     # two ranks: one assembles, one waits
+        if not out.is_file():
+            _package_dir(module, install)
+            importlib.import_module(module).assemble(str(out))
     return out
 
 

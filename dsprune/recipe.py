@@ -14,7 +14,6 @@ caller run each stage's command itself (to watch its progress, or to stop it).
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -200,7 +199,7 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
         prints[stage.name] = fp
         folder = Path(cache) / f"{stage.name}-{fp}" if cache else root / stage.name
         folders[stage.name] = str(folder)
-        with _stage_lock(folder):
+        with formats.exclusive(folder.parent / f".{folder.name}.lock"):   # one builder per stage
             stamp = folder / STAMP
             done = json.loads(stamp.read_text()) if not force and stamp.is_file() else {}
             if done.get("fingerprint") == fp:
@@ -219,23 +218,6 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
             formats.write_json(stamp, info)
             report[stage.name] = {"status": "ran", "folder": str(folder), **info}
     return report
-
-
-class _stage_lock:
-    """An exclusive lock beside a stage folder, so two runs never build the same stage at once."""
-
-    def __init__(self, folder: Path):
-        self.path = folder.parent / f".{folder.name}.lock"
-
-    def __enter__(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open(self.path, "w")
-        fcntl.flock(self.f, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.f, fcntl.LOCK_UN)
-        self.f.close()
 
 
 def _execute(cmd: list[str], folder: Path) -> int:

@@ -169,3 +169,13 @@ def test_deepspeed_config_auto_values(tmp_path, tiny_dirs):
     assert zo["stage"] == 3 and zo["offload_optimizer"]["device"] == "cpu"
     assert zo["stage3_param_persistence_threshold"] == 640 and zo["reduce_bucket_size"] == 4096
     assert "auto" not in json.dumps(cfg)
+
+
+def test_a_packaged_model_name_trains_like_a_path(tmp_path, tiny_dirs, monkeypatch):
+    """`--model smollm2` works in the launcher as in every command (the recipes' train-full stage uses it)."""
+    import dsprune.packaged as packaged
+    monkeypatch.setitem(packaged.PACKAGED, "tinyllm", ("tiny_pkg", None, "pip install tiny-pkg"))
+    monkeypatch.setattr(packaged, "resolve", lambda name: tiny_dirs["llama"])
+    check_before_start(_args(tmp_path, tiny_dirs, model="tinyllm"))
+    with pytest.raises(DsPruneError, match="model not found: nosuch"):
+        check_before_start(_args(tmp_path, tiny_dirs, model="nosuch"))

@@ -87,10 +87,10 @@ def check_before_start(args: TrainArgs) -> None:
     """Everything that can fail on input, before a process group exists."""
     validate(args)
     encoder_overrides(args)
-    model = Path(args.model)
-    if not model.exists():
+    from ..packaged import model_path
+    if not Path(model_path(args.model)).exists():          # `smollm2` works here as anywhere a path does
         raise DsPruneError(f"model not found: {args.model}")
-    if args.teacher and args.teacher != "self" and not Path(args.teacher).exists():
+    if args.teacher and args.teacher != "self" and not Path(model_path(args.teacher)).exists():
         raise DsPruneError(f"teacher not found: {args.teacher}")
     deepspeed_config(args, 1, 64)  # its "auto" entries and forbidden blocks, checked now
     out = Path(args.output_dir)
