@@ -37,8 +37,6 @@ def resolve(name: str) -> Path:
     out = cache_dir() / "gguf" / "gemma-3-270m-Q4_K_M.gguf"
     if out.is_file():
         return out
-    import importlib
-
     with formats.exclusive(out.with_name(f".{out.name}.lock")):     # two ranks: one assembles, one waits
         if not out.is_file():
             _package_dir(module, install)
