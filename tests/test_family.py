@@ -35,6 +35,7 @@ def test_control_gets_the_effir_models_training_budget():
     assert {k for k in set(train) | set(full) if train.get(k) != full.get(k)} == {"model", "mask"}
     assert full["model"] == "gemma3-270m" and "mask" not in full and by["drop"].args["drop_mlp"] == 9
     assert by["eval-base"].args["model"] == "gemma3-270m"
+    assert by["bench"].args["baseline"] == "${train-full}/model"       # speed-up over the control, at 1x in the plot
     assert by["report"].args["results"][0] == "${eval-full}"          # the reference: the trained control
 
 
