@@ -905,9 +905,9 @@ def render_families(results: Path, md: Path) -> list[str]:
                 "CPU cores) and keeps the recipe's `report` stage. The reference is the unpruned model given the "
                 "same training budget (`train-full`); *as shipped* is the model before any retrieval training.", "",
                 markdown(d["report"]), ""]
-        if d.get("plot") and (results / "families" / d["plot"]).is_file():
-            out += [f"![{d['title']}: quality vs speed]({os.path.relpath(results / 'families' / d['plot'], md.parent)})",
-                    ""]
+        png = results / "families" / d.get("plot", "")
+        if d.get("plot") and png.is_file():
+            out += [f"![{d['title']}: quality vs speed]({os.path.relpath(png, md.parent)})", ""]
         out += ["Stage minutes: " + ", ".join(f"{s['name']} {(s.get('seconds') or 0) / 60:.0f}"
                                               for s in d["stages"]) + ".", ""]
     return out
