@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         cmd = command(a.family)
         cmd[0] = str(Path(sys.executable).parent / "dsprune")
-        print(f"running the recipe (~3 h from scratch on 2 CPU cores; log {out}.log)", flush=True)
+        print(f"running the recipe (~1.5 h from scratch on 2 CPU cores; log {out}.log)", flush=True)
         sh(cmd, Path(f"{out}.log"), launch_env())
     dest = collect(a.family, out, Path(a.results))
     print(f"wrote {dest}")
