@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -31,3 +32,10 @@ def sh(cmd: list[str], log: Path, env: dict) -> float:
     dt = time.time() - t0
     print(f"  done in {dt:.0f} s", flush=True)
     return dt
+
+
+def copy_file(src: Path, dest: Path) -> None:
+    """Copy a figure into benchmarks/results through a temporary name, so a reader never sees half a file."""
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dest)

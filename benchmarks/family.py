@@ -12,14 +12,12 @@ family's table is made by committed code like every row of the grid.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
-import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, launch_env, sh  # noqa: E402
+from _common import REPO, copy_file, launch_env, sh  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 from dsprune import formats  # noqa: E402
@@ -48,7 +46,7 @@ def collect(family: str, out: Path, results: Path) -> Path:
         stamp = out / s.name / STAMP
         if not stamp.is_file():
             raise SystemExit(f"{stamp}: stage {s.name!r} has not finished; rerun benchmarks/family.py {family}")
-        info = json.loads(stamp.read_text())
+        info = formats.read_json(stamp, "stage stamp")
         done.append({"name": s.name, "seconds": info.get("seconds"), "launcher": info.get("launcher"),
                      "command": info.get("command")})
     doc = {"family": family, "title": title, "params": params, "recipe": str(RECIPE.relative_to(REPO)),
@@ -57,8 +55,7 @@ def collect(family: str, out: Path, results: Path) -> Path:
     results.mkdir(parents=True, exist_ok=True)
     png = report / "quality_vs_speed.png"
     if png.is_file():
-        shutil.copyfile(png, results / f".{family}.png.tmp")
-        (results / f".{family}.png.tmp").replace(results / f"{family}_quality_vs_speed.png")
+        copy_file(png, results / f"{family}_quality_vs_speed.png")
         doc["plot"] = f"{family}_quality_vs_speed.png"
     dest = results / f"{family}.json"
     formats.write_json(dest, doc)      # written to a temporary name and renamed

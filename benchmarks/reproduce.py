@@ -31,7 +31,6 @@ import hashlib
 import json
 import os
 import shlex
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, sh  # noqa: E402
+from _common import REPO, copy_file, sh  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
@@ -590,9 +589,7 @@ def copy_width_plots(name: str, stages: list[dict], report: dict, out: Path, res
     for s in stages:
         plot = Path(report[s["name"]].get("folder") or out / s["name"]) / "widths.png"
         if s.get("command") == "mask" and plot.is_file():
-            tmp = results / f".{name}-widths.png.tmp"
-            shutil.copyfile(plot, tmp)
-            os.replace(tmp, results / f"{name}-widths.png")
+            copy_file(plot, results / f"{name}-widths.png")
 
 
 def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, config: dict, ctx: Ctx, a,
