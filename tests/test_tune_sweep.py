@@ -5,6 +5,7 @@ One sweep for the module (grid over the slimming ratio, 4 trials, one of which m
 stage is shared by every trial through the stage cache, ASHA sees the in-training eval reports, and a
 constraint on the parameter ratio makes one finished trial infeasible.
 """
+import fcntl
 import json
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dsprune.recipe import STAMP
 from train_helpers import BIN, env, write_beir, write_groups
 
 pytestmark = pytest.mark.slow
@@ -52,6 +54,20 @@ def _ray_tmp() -> str:
     return tempfile.mkdtemp(prefix="ray", dir="/tmp")
 
 
+def _take_built_stage_lock(stages: Path, name: str):
+    """The open, exclusively locked lock file of the finished stage ``name`` (None while it is being built)."""
+    built = list(stages.glob(f"{name}-*/{STAMP}"))
+    if not built:
+        return None
+    f = open(stages / f".{built[0].parent.name}.lock", "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # its builder has not let go yet
+        f.close()
+        return None
+    return f
+
+
 def _tune(cfg: Path, *extra: str) -> list[str]:
     return [str(BIN / "dsprune"), "tune", "--config", str(cfg), *extra]
 
@@ -62,19 +78,27 @@ def sweep(tmp_path_factory, tiny_dirs):
     cfg = _sweep_file(root, tiny_dirs["llama"])
     out = root / "sweep"
     e = dict(env(), DSPRUNE_RAY_TMP=_ray_tmp())
-    # 1. start the sweep; interrupt it (SIGINT, as Ctrl-C) once its first trial has finished
+    # 1. start the sweep. Once the shared slimming stage is built, hold its stage lock: the first trial goes on
+    #    to finish, every later one waits at that stage. Interrupt (SIGINT, as Ctrl-C) when the second trial
+    #    has started, so the interruption finds one trial done and one not, however loaded the machine is.
     log1 = open(root / "first.log", "w")
     proc = subprocess.Popen(_tune(cfg), env=e, stdout=log1, stderr=subprocess.STDOUT)
-    t0 = time.time()
-    while not list(out.glob("trials/*/stages.json")):
-        assert proc.poll() is None, (root / "first.log").read_text()[-3000:]
-        assert time.time() - t0 < 600, "no trial finished in 10 minutes"
-        time.sleep(0.2)
-    first_done = sorted(out.glob("trials/*/stages.json"))
-    before = {p: p.read_text() for p in first_done}
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=180)
-    log1.close()
+    held, t0 = None, time.time()
+    try:
+        while not (list(out.glob("trials/*/stages.json")) and len(list(out.glob("trials/*/config.json"))) >= 2):
+            assert proc.poll() is None, (root / "first.log").read_text()[-3000:]
+            assert time.time() - t0 < 600, "no trial finished in 10 minutes"
+            held = held or _take_built_stage_lock(out / "stages", "slim")
+            time.sleep(0.2)
+        assert held, "the second trial started before the slimming stage's lock was taken"
+        first_done = sorted(out.glob("trials/*/stages.json"))
+        before = {p: p.read_text() for p in first_done}
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=180)
+    finally:
+        if held:
+            held.close()  # releases the lock
+        log1.close()
     interrupted = json.loads((out / "summary.json").read_text())
     # 2. resume it to the end
     r = subprocess.run(_tune(cfg, "--resume"), env=e, capture_output=True, text=True, timeout=900)
