@@ -629,7 +629,8 @@ def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, conf
             man = folder(s["name"]) / formats.MANIFEST
             run_info = formats.read_json(man) if man.is_file() else {}
             figs = run_info.get("figures", {})
-            training[s["name"]] = {k: figs.get(k) for k in ("steps", "train_seconds", "first_loss", "final_loss")}
+            training[s["name"]] = {k: figs.get(k) for k in ("steps", "train_seconds", "first_loss", "final_loss",
+                                                            "resumed_from")}
             mask = mask or run_info.get("mask")   # models retrained before their manifest named the held mask
     stage_info = [{"name": s["name"], "status": report[s["name"]]["status"],
                    "seconds": report[s["name"]].get("seconds"),
@@ -714,7 +715,10 @@ def fmt_params(doc: dict) -> str:
 
 
 def fmt_minutes(doc: dict) -> str:
-    return f"{doc.get('compute_seconds', 0) / 60:.0f}"
+    """Minutes of the row's stages; ``+`` when a training stage resumed from a checkpoint, whose earlier run's
+    time is not known."""
+    resumed = any((t or {}).get("resumed_from") for t in (doc.get("training") or {}).values())
+    return f"{doc.get('compute_seconds', 0) / 60:.0f}" + ("+" if resumed else "")
 
 
 def training_steps(doc: dict) -> str:
@@ -849,7 +853,8 @@ def render(results: Path, md: Path) -> str:
            "*(ref)* with its 95 % paired bootstrap interval over queries (2,000 resamples, "
            "`dsprune.eval.bootstrap`); *mean* is over the tasks, its interval resamples queries per task. "
            "Speed-ups are measured by `dsprune bench` in one run (±0.1 between runs). *min*: wall minutes of the "
-           "row's stages on 2 CPU cores (a shared stage such as scoring counts in every row that uses it). "
+           "row's stages on 2 CPU cores (a shared stage such as scoring counts in every row that uses it; *+*: a "
+           "training stage resumed from a checkpoint and only its last run is counted). "
            "*run*: `.venv/bin/python benchmarks/reproduce.py --rows ROW`.", "",
            "**Scaled settings** (2 CPU cores; the papers' settings in brackets):", ""]
     out += [f"- {k}: {v}" for k, v in SCALED.items()] + [""]
@@ -875,7 +880,7 @@ def render(results: Path, md: Path) -> str:
     for r in ROWS:
         if r in docs:
             d = docs[r]
-            out.append(f"- **{r}** ({d.get('code_version')}, {d.get('compute_seconds', 0) / 60:.0f} min of "
+            out.append(f"- **{r}** ({d.get('code_version')}, {fmt_minutes(d)} min of "
                        f"stages, {d.get('wall_seconds', 0) / 60:.0f} min in its last run): `{d.get('command')}`")
             out += [f"  - `{s['command']}`" for s in d.get("stages", [])]
     text = "\n".join(out).rstrip() + "\n"
