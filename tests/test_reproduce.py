@@ -142,6 +142,17 @@ def test_render_tables_with_cis_and_pending(rp, tmp_path):
     assert f"{len(docs)} of {len(rp.ROWS)} rows done" in text
 
 
+def test_a_resumed_training_stage_marks_the_minutes_as_a_lower_bound(rp, tmp_path):
+    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "t2-8a": 0.55, "t2-15a": 0.5})
+    d = docs["t2-15a"]
+    d["training"]["t2-15a-train"]["resumed_from"] = 16
+    (results / "t2-15a.json").write_text(json.dumps(d))
+    text = rp.render(results, tmp_path / "RESULTS.md")
+    row = {r: next(x for x in text.splitlines() if x.endswith(f"`--rows {r}` |")) for r in ("t2-8a", "t2-15a")}
+    assert "| 10+ |" in row["t2-15a"] and "| 10 |" in row["t2-8a"]
+    assert "- **t2-15a** (abc1234, 10+ min of stages" in text
+
+
 def test_trained_rows_below_the_untrained_model_are_marked_not_properly_trained(rp, tmp_path):
     # t1-8m: a drop without training; t2-19m trained and clearly worse than untrained; effir trained, not worse;
     # gapft-random-50: trained, then pruned one-shot (its loss is the pruning's, not a failed training)
