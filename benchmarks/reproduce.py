@@ -54,6 +54,10 @@ DEFAULT_DENSE = str(REPO / "out" / "train_dense" / "run" / "model")
 DOMAIN_TASK = "financebench"      # GAPrune's domain side
 DEFAULT_TASKS = ["scifact_small", DOMAIN_TASK]
 EFFIR_PAIRS = [("effir", "t2-19m"), ("effir-4m", "t2-8m")]   # (drop + slim, deeper drop) of about equal size
+# EffiR: MLPs are the most redundant sub-layers, so dropping MLPs beats dropping blocks even with fewer
+# parameters left (its Drop-16M vs Drop-8B); (MLP row, block row) without and with training
+MODULE_PAIRS = [("t1-15m", "t1-8b", "MLPs vs blocks, no recovery training"),
+                ("t2-8m", "t2-8b", "MLPs vs blocks, then the dense budget")]
 HEADLINE_TASK = "scifact"
 MODEL_NOTE = ("SmolLM2-135M here is SmolLM2-135M-Instruct, 4-bit (Q4_1) GGUF dequantised to fp32: it stands in "
               "for a base model (no base SmolLM2 is available on these machines).")
@@ -799,14 +803,20 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
                              f"{verdict}.")
     else:
         lines.append("- dense vs untrained: pending.")
-    for slim, deeper in EFFIR_PAIRS:   # EffiR's claim: slimming beats deeper dropping at equal size
-        if slim not in docs or deeper not in docs:
-            continue
-        for t in tasks:
-            if pq(slim, t) and pq(deeper, t):
-                d = paired_bootstrap(pq(slim, t), pq(deeper, t), 2000, 0)
-                lines.append(f"- {ROWS[slim].label} − {ROWS[deeper].label} on {t}: {d['diff']:+.4f} "
-                             f"[{d['low']:+.4f}, {d['high']:+.4f}] (p = {d['p']:.3f}).")
+    def pairs(pairs, sizes: bool):
+        for a, b, *what in pairs:
+            if a not in docs or b not in docs:
+                continue
+            names = [ROWS[r].label + (f" ({fmt_params(docs[r])})" if sizes else "") for r in (a, b)]
+            for t in tasks:
+                if pq(a, t) and pq(b, t):
+                    d = paired_bootstrap(pq(a, t), pq(b, t), 2000, 0)
+                    lead = "".join(w + ": " for w in what)
+                    lines.append(f"- {lead}{names[0]} − {names[1]} on {t}: {d['diff']:+.4f} "
+                                 f"[{d['low']:+.4f}, {d['high']:+.4f}] (p = {d['p']:.3f}).")
+
+    pairs(EFFIR_PAIRS, sizes=False)   # EffiR's claim: slimming beats deeper dropping at equal size
+    pairs(MODULE_PAIRS, sizes=True)   # EffiR's claim: MLPs before blocks, even with fewer parameters left
     for what, _, row_of, _ in GAP_CLAIM_SETS:   # GAPrune's claim: DAI keeps domain quality best
         dai = row_of("dai")
         if dai not in docs or not pq(dai, DOMAIN_TASK):

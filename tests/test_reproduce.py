@@ -191,6 +191,18 @@ def test_effir_claim_checks_each_pair_of_equal_size(rp, tmp_path):
     assert "### EffiR Table 3 at a milder point" in text and "effir-4m 32" in text
 
 
+def test_module_claim_checks_mlp_rows_against_block_rows_with_their_sizes(rp, tmp_path):
+    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "t2-8m": 0.4, "t2-8b": 0.5, "t1-15m": 0.3})
+    docs["t2-8b"]["params"] = 106_200_000
+    (results / "t2-8b.json").write_text(json.dumps(docs["t2-8b"]))
+    text = rp.render(results, tmp_path / "RESULTS.md")
+    pq = {r: docs[r]["tasks"]["financebench"]["per_query"]["ndcg_at_10"] for r in docs}
+    d = paired_bootstrap(pq["t2-8m"], pq["t2-8b"], 2000, 0)
+    assert (f"- MLPs vs blocks, then the dense budget: Drop-8M (134.5M) − Drop-8B (106.2M) on financebench: {d['diff']:+.4f} "
+            f"[{d['low']:+.4f}, {d['high']:+.4f}]") in text
+    assert "Drop-15M (134.5M) −" not in text                         # t1-8b is pending: no check
+
+
 def test_mask_stage_width_plot_lands_beside_the_row_json(rp, tmp_path):
     stages = [{"name": "effir4m-slim", "launcher": "train"}, {"name": "effir4m-mask", "command": "mask"}]
     for s in stages:
