@@ -198,8 +198,8 @@ def test_module_claim_checks_mlp_rows_against_block_rows_with_their_sizes(rp, tm
     text = rp.render(results, tmp_path / "RESULTS.md")
     pq = {r: docs[r]["tasks"]["financebench"]["per_query"]["ndcg_at_10"] for r in docs}
     d = paired_bootstrap(pq["t2-8m"], pq["t2-8b"], 2000, 0)
-    assert (f"- MLPs vs blocks, then the dense budget: Drop-8M (134.5M) − Drop-8B (106.2M) on financebench: {d['diff']:+.4f} "
-            f"[{d['low']:+.4f}, {d['high']:+.4f}]") in text
+    assert ("- MLPs vs blocks, then the dense budget: Drop-8M (134.5M) − Drop-8B (106.2M) on financebench: "
+            f"{d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]") in text
     assert "Drop-15M (134.5M) −" not in text                         # t1-8b is pending: no check
 
 
