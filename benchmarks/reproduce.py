@@ -54,10 +54,12 @@ DEFAULT_DENSE = str(REPO / "out" / "train_dense" / "run" / "model")
 DOMAIN_TASK = "financebench"      # GAPrune's domain side
 DEFAULT_TASKS = ["scifact_small", DOMAIN_TASK]
 EFFIR_PAIRS = [("effir", "t2-19m"), ("effir-4m", "t2-8m")]   # (drop + slim, deeper drop) of about equal size
-# EffiR: MLPs are the most redundant sub-layers, so dropping MLPs beats dropping blocks even with fewer
-# parameters left (its Drop-16M vs Drop-8B); (MLP row, block row) without and with training
-MODULE_PAIRS = [("t1-15m", "t1-8b", "MLPs vs blocks, no recovery training"),
-                ("t2-8m", "t2-8b", "MLPs vs blocks, then the dense budget")]
+# what to drop, (row, rival, question): EffiR finds MLPs the most redundant sub-layers, so dropping MLPs beats
+# dropping blocks even with fewer parameters left (its Drop-16M vs Drop-8B); and its importance scores should
+# choose blocks at least as well as cutting the last ones
+DROP_PAIRS = [("t1-15m", "t1-8b", "MLPs vs blocks, no recovery training"),
+              ("t2-8m", "t2-8b", "MLPs vs blocks, then the dense budget"),
+              ("t2-15b", "t2-last15b", "blocks by importance vs the last blocks, then the dense budget")]
 HEADLINE_TASK = "scifact"
 MODEL_NOTE = ("SmolLM2-135M here is SmolLM2-135M-Instruct, 4-bit (Q4_1) GGUF dequantised to fp32: it stands in "
               "for a base model (no base SmolLM2 is available on these machines).")
@@ -816,7 +818,7 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
                                  f"[{d['low']:+.4f}, {d['high']:+.4f}] (p = {d['p']:.3f}).")
 
     pairs(EFFIR_PAIRS, sizes=False)   # EffiR's claim: slimming beats deeper dropping at equal size
-    pairs(MODULE_PAIRS, sizes=True)   # EffiR's claim: MLPs before blocks, even with fewer parameters left
+    pairs(DROP_PAIRS, sizes=True)     # EffiR's claims on what to drop
     for what, _, row_of, _ in GAP_CLAIM_SETS:   # GAPrune's claim: DAI keeps domain quality best
         dai = row_of("dai")
         if dai not in docs or not pq(dai, DOMAIN_TASK):
