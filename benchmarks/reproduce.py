@@ -805,20 +805,21 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
                              f"{verdict}.")
     else:
         lines.append("- dense vs untrained: pending.")
-    def pairs(pairs, sizes: bool):
-        for a, b, *what in pairs:
+    def compare(pairs, sizes: bool):
+        """row − rival per task; a pair's optional third item names the question it answers."""
+        for a, b, *question in pairs:
             if a not in docs or b not in docs:
                 continue
+            lead = f"{question[0]}: " if question else ""
             names = [ROWS[r].label + (f" ({fmt_params(docs[r])})" if sizes else "") for r in (a, b)]
             for t in tasks:
                 if pq(a, t) and pq(b, t):
                     d = paired_bootstrap(pq(a, t), pq(b, t), 2000, 0)
-                    lead = "".join(w + ": " for w in what)
                     lines.append(f"- {lead}{names[0]} − {names[1]} on {t}: {d['diff']:+.4f} "
                                  f"[{d['low']:+.4f}, {d['high']:+.4f}] (p = {d['p']:.3f}).")
 
-    pairs(EFFIR_PAIRS, sizes=False)   # EffiR's claim: slimming beats deeper dropping at equal size
-    pairs(DROP_PAIRS, sizes=True)     # EffiR's claims on what to drop
+    compare(EFFIR_PAIRS, sizes=False)   # EffiR's claim: slimming beats deeper dropping at equal size
+    compare(DROP_PAIRS, sizes=True)     # EffiR's claims on what to drop
     for what, _, row_of, _ in GAP_CLAIM_SETS:   # GAPrune's claim: DAI keeps domain quality best
         dai = row_of("dai")
         if dai not in docs or not pq(dai, DOMAIN_TASK):

@@ -171,6 +171,11 @@ def fingerprint(stage: Stage, args: dict, upstream: list[str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def stage_lock(folder: Path) -> Path:
+    """The lock file a stage's builder holds while it checks, runs and stamps ``folder``."""
+    return folder.parent / f".{folder.name}.lock"
+
+
 # (command, stage folder) -> exit status; the default runs the command to its end
 Execute = Callable[[list[str], Path], int]
 Reused = Callable[[Path], None]
@@ -199,7 +204,7 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
         prints[stage.name] = fp
         folder = Path(cache) / f"{stage.name}-{fp}" if cache else root / stage.name
         folders[stage.name] = str(folder)
-        with formats.exclusive(folder.parent / f".{folder.name}.lock"):   # one builder per stage
+        with formats.exclusive(stage_lock(folder)):   # one builder per stage
             stamp = folder / STAMP
             done = json.loads(stamp.read_text()) if not force and stamp.is_file() else {}
             if done.get("fingerprint") == fp:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dsprune.recipe import STAMP
+from dsprune.recipe import STAMP, stage_lock
 from train_helpers import BIN, env, write_beir, write_groups
 
 pytestmark = pytest.mark.slow
@@ -59,7 +59,7 @@ def _take_built_stage_lock(stages: Path, name: str):
     built = list(stages.glob(f"{name}-*/{STAMP}"))
     if not built:
         return None
-    f = open(stages / f".{built[0].parent.name}.lock", "w")
+    f = open(stage_lock(built[0].parent), "w")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:  # its builder has not let go yet
