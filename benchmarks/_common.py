@@ -36,6 +36,7 @@ def sh(cmd: list[str], log: Path, env: dict) -> float:
 
 def copy_file(src: Path, dest: Path) -> None:
     """Copy a figure into benchmarks/results through a temporary name, so a reader never sees half a file."""
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dest)
+    from dsprune.formats import atomic_file
+
+    with atomic_file(dest) as tmp:
+        shutil.copyfile(src, tmp)

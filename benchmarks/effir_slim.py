@@ -142,7 +142,7 @@ def main() -> int:
     md += ["", f"gates after slimming: {json.dumps(summary['slim'].get('final_gates') if summary['slim'] else None)}",
            f"mask: removed {summary['mask']['removed']} of {summary['mask']['total']} neurons; widths "
            f"{summary['mask']['widths']}", f"timings (s): {timings}"]
-    (out / "summary.md").write_text("\n".join(md) + "\n")
+    formats.write_text(out / "summary.md", "\n".join(md) + "\n")
     print("\n".join(md))
     return 0
 

@@ -56,6 +56,7 @@ def scores(folder: Path) -> dict:
 
 
 def main() -> int:
+    from dsprune import formats
     from dsprune.settings import data_dir
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -140,16 +141,16 @@ def main() -> int:
            "scaled_settings": {"n_general": a.n_general, "max_length": a.max_length,
                                "note": "GAPrune samples 5,000 triplets per dataset; 2 CPU cores here"},
            "model_note": "SmolLM2-135M-Instruct Q4_1 dequantised, contrastively trained here (stand-in for a base LLM)"}
-    (out / "gaprune.json").write_text(json.dumps(doc, indent=2))
+    formats.write_json(out / "gaprune.json", doc)
     _plot(rows, a.tasks, out / "gaprune.png")
     print(f"\nwrote {out / 'gaprune.json'} and {out / 'gaprune.png'} in {(time.time() - t0) / 60:.1f} min")
     return 0
 
 
 def _plot(rows: list[dict], tasks: list[str], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from dsprune.report.figure import pyplot, save_png
+
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False)
     dense = next(r for r in rows if r["method"] == "dense")
@@ -167,8 +168,7 @@ def _plot(rows: list[dict], tasks: list[str], path: Path) -> None:
     axes[0][-1].legend(fontsize=7)
     fig.suptitle("One-shot pruning of the dense SmolLM2 retriever")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_png(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

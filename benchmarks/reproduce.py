@@ -61,6 +61,9 @@ DROP_PAIRS = [("t1-15m", "t1-8b", "MLPs vs blocks, no recovery training"),
               ("t2-8m", "t2-8b", "MLPs vs blocks, then the dense budget"),
               ("t2-15b", "t2-last15b", "blocks by importance vs the last blocks, then the dense budget")]
 HEADLINE_TASK = "scifact"
+DROP_ORDER = "drop_order.png"           # the heat map dsprune score writes beside scores.json
+SCORED = {"base-score": "SmolLM2 as shipped: these scores pick Table 2's drops",
+          "dense-score": "the dense retriever: these scores pick Table 1's drops"}
 MODEL_NOTE = ("SmolLM2-135M here is SmolLM2-135M-Instruct, 4-bit (Q4_1) GGUF dequantised to fp32: it stands in "
               "for a base model (no base SmolLM2 is available on these machines).")
 SCALED = {
@@ -470,7 +473,7 @@ TABLES = [
           "The same comparison where SmolLM2 still trains under the dense budget: half of its 30 MLPs (15M) is far "
           "more of a 135M model than 16 of Mistral-7B's 32 (compare Drop-4M and Drop-15M in Table 1). Slimming "
           "15% of the 26 kept MLPs' neurons removes about 4 MLPs' worth, so EffiR-4M and Drop-8M have about the "
-          "same size. Per-layer widths: `results/effir-4m-widths.png`, copied from the row's mask stage.",
+          "same size.",
           {"dense": "full (= dense)"}),
     Table("gaprune-t1", "GAPrune Table 1: one-shot MLP pruning of the dense retriever", "dense",
           ["dense"] + [f"gap-{m}-{p}" for p in (30, 50) for m in GAP_METHODS] + ["gap-daibal-50"],
@@ -561,7 +564,8 @@ def row_command(a, row: str) -> str:
 
 def run_row(row: Row, a, results: Path) -> str:
     """Run one row unless its results are current. Returns 'skipped' or 'ran'."""
-    fp, config = fingerprint(row, Ctx(a, symbolic=True))
+    symbolic = Ctx(a, symbolic=True)
+    fp, config = fingerprint(row, symbolic)
     dest = results / f"{row.name}.json"
     if dest.is_file() and not a.force:
         try:
@@ -569,6 +573,7 @@ def run_row(row: Row, a, results: Path) -> str:
         except json.JSONDecodeError:
             old = None
         if old == fp:
+            copy_figures(row.name, row.stages(symbolic), {}, symbolic.out, results)
             print(f"= {row.name}: results current ({dest}), skipped", flush=True)
             return "skipped"
     ctx = Ctx(a, symbolic=False)
@@ -577,25 +582,30 @@ def run_row(row: Row, a, results: Path) -> str:
     recipe = out / "rows" / f"{row.name}.yaml"
     recipe.parent.mkdir(parents=True, exist_ok=True)
     import yaml
-    recipe.write_text(f"# {row.name}: {row.what}\n# written by benchmarks/reproduce.py; "
+    formats.write_text(recipe, f"# {row.name}: {row.what}\n# written by benchmarks/reproduce.py; "
                       f"dsprune run {recipe} reruns it\n"
                       + yaml.safe_dump({"out": str(out), "stages": stages}, sort_keys=False, width=120))
     t0 = time.time()
     report = run_recipe(recipe, out=str(out))
     wall = time.time() - t0
     doc = collect(row, stages, report, out, fp, config, ctx, a, wall)
-    copy_width_plots(row.name, stages, report, out, results)
+    copy_figures(row.name, stages, report, out, results)
     formats.write_json(dest, doc)
     print(f"wrote {dest}", flush=True)
     return "ran"
 
 
-def copy_width_plots(name: str, stages: list[dict], report: dict, out: Path, results: Path) -> None:
-    """A mask stage's per-layer width plot (EffiR Figure 2b) goes beside the row's JSON as NAME-widths.png."""
+def copy_figures(name: str, stages: list[dict], report: dict, out: Path, results: Path) -> None:
+    """Figures RESULTS.md shows from stage folders (``out`` is not committed): a mask stage's per-layer widths
+    (EffiR Figure 2b) as NAME-widths.png; a score stage's drop-order heat map (Figure 2a) and its scores as
+    drop_order/STAGE.png and .json, one per score stage however many rows share it."""
     for s in stages:
-        plot = Path(report[s["name"]].get("folder") or out / s["name"]) / "widths.png"
-        if s.get("command") == "mask" and plot.is_file():
-            copy_file(plot, results / f"{name}-widths.png")
+        folder = Path((report.get(s["name"]) or {}).get("folder") or out / s["name"])
+        if s.get("command") == "mask" and (folder / "widths.png").is_file():
+            copy_file(folder / "widths.png", results / f"{name}-widths.png")
+        if s.get("command") == "score" and (folder / formats.SCORES).is_file() and (folder / DROP_ORDER).is_file():
+            copy_file(folder / DROP_ORDER, results / "drop_order" / f"{s['name']}.png")
+            copy_file(folder / formats.SCORES, results / "drop_order" / f"{s['name']}.json")
 
 
 def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, config: dict, ctx: Ctx, a,
@@ -754,11 +764,12 @@ def main_tasks(docs: dict) -> list[str]:
     return [t for t in DEFAULT_TASKS if t in seen] + sorted(seen - set(DEFAULT_TASKS)) or list(DEFAULT_TASKS)
 
 
-def render_table(table: Table, docs: dict, tasks: list[str], results: Path) -> list[str]:
+def render_table(table: Table, docs: dict, tasks: list[str], results: Path, md: Path) -> list[str]:
     labels = table.labels or {}
     cmp = compare_rows(table.reference, table.rows, docs, tasks, results)
     speed_cols = any(ROWS[r].bench or (docs.get(r) or {}).get("speed") for r in table.rows)
-    head = ["row", *[f"{t} nDCG@10" for t in tasks], "mean", "params"]
+    means = len(tasks) > 1                    # one task: its mean would repeat its cell
+    head = ["row", *[f"{t} nDCG@10" for t in tasks], *(["mean"] if means else []), "params"]
     head += ["doc speed-up", "query speed-up"] if speed_cols else []
     head += ["train steps", "min", "run"]
     lines = [f"### {table.title}", "", table.note, "",
@@ -769,7 +780,8 @@ def render_table(table: Table, docs: dict, tasks: list[str], results: Path) -> l
         name += " †" if r in failed else ""
         run = f"`--rows {r}`"
         if r not in docs:
-            cells = [name, *["pending"] * len(tasks), "pending", "–"] + (["–", "–"] if speed_cols else [])
+            cells = [name, *["pending"] * len(tasks), *(["pending"] if means else []), "–"]
+            cells += ["–", "–"] if speed_cols else []
             lines.append("| " + " | ".join(cells + ["–", "–", run]) + " |")
             continue
         doc, c = docs[r], cmp["rows"].get(r, {})
@@ -777,7 +789,8 @@ def render_table(table: Table, docs: dict, tasks: list[str], results: Path) -> l
         if c.get("mean_delta"):
             d = c["mean_delta"]
             mean += f" ({d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}])"
-        cells = [name, *[fmt_cell((c.get("tasks") or {}).get(t)) for t in tasks], mean, fmt_params(doc)]
+        cells = [name, *[fmt_cell((c.get("tasks") or {}).get(t)) for t in tasks], *([mean] if means else []),
+                 fmt_params(doc)]
         if speed_cols:
             sp = doc.get("speed") or {}
             one = "1.00× (baseline)" if r == "dense" and not sp else "–"
@@ -786,6 +799,11 @@ def render_table(table: Table, docs: dict, tasks: list[str], results: Path) -> l
         lines.append("| " + " | ".join(cells) + " |")
     if table.reference not in docs:
         lines += ["", f"No intervals yet: the reference row `{table.reference}` is pending."]
+    plots = {r: results / f"{r}-widths.png" for r in table.rows}
+    widths = [f"[{labels.get(r, ROWS[r].label)}]({os.path.relpath(p, md.parent)})" for r, p in plots.items() if p.is_file()]
+    if widths:
+        lines += ["", "Per-layer MLP widths after slimming (EffiR Figure 2b, from each row's `dsprune mask` stage): "
+                  + ", ".join(widths) + "."]
     return lines + [""]
 
 
@@ -872,13 +890,14 @@ def render(results: Path, md: Path) -> str:
            "**Scaled settings** (2 CPU cores; the papers' settings in brackets):", ""]
     out += [f"- {k}: {v}" for k, v in SCALED.items()] + [""]
     for table in TABLES:
-        out += render_table(table, docs, tasks, results)
+        out += render_table(table, docs, tasks, results, md)
     heads = [r for r in docs if HEADLINE_TASK in docs[r]["tasks"]]
     if heads:
         rows = ["dense"] + [r for r in ROWS if r in heads and r != "dense"]
         out += render_table(Table("headline", "Headline rows on full SciFact (5,183 documents, 300 queries)",
-                                  "dense", rows, "Only with `--headline-scifact`."), docs, [HEADLINE_TASK], results)
+                                  "dense", rows, "Only with `--headline-scifact`."), docs, [HEADLINE_TASK], results, md)
     out += render_checks(docs, tasks, results)
+    out += render_drop_order(results, md)
     if plot_front(docs, tasks, results, png):
         out += ["## Quality vs speed", "", f"![quality vs speed]({os.path.relpath(png, md.parent)})", "",
                 "Mean nDCG@10 against the measured document-encoding speed-up; bars: the paired interval of "
@@ -897,11 +916,53 @@ def render(results: Path, md: Path) -> str:
                        f"stages, {d.get('wall_seconds', 0) / 60:.0f} min in its last run): `{d.get('command')}`")
             out += [f"  - `{s['command']}`" for s in d.get("stages", [])]
     text = "\n".join(out).rstrip() + "\n"
-    md.parent.mkdir(parents=True, exist_ok=True)
-    tmp = md.with_name(f".{md.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, md)
+    formats.write_text(md, text)
     return text
+
+
+def render_drop_order(results: Path, md: Path) -> list[str]:
+    """The score stages' heat maps, each with the median importance per kind of sub-layer read from its scores."""
+    import statistics
+
+    maps = sorted((results / "drop_order").glob("*.png"))
+    if not maps:
+        return []
+    out = ["## Drop order (EffiR Figure 2a)", "",
+           "Importance 1 − cos(x_in, x_out) of every sub-layer on the calibration text (`dsprune score`); a number "
+           "is the place in the drop order (1 = dropped first), colours are on a log scale.", ""]
+    names = formats.SCORE_GROUPS
+    docs = {png.stem: formats.read_scores(png.with_suffix(".json")) for png in maps}
+    for png in maps:
+        doc = docs[png.stem]
+        medians = ", ".join(f"{names.get(k, k)} {statistics.median(v.values()):.4f}"
+                            for k, v in doc["scores"].items() if v)
+        first = "; ".join(f"{names.get(k, k)} {', '.join(map(str, v[:5]))}" for k, v in doc["order"].items() if v)
+        out += [f"**`{png.stem}`**: {SCORED.get(png.stem, Path(doc.get('model', png.stem)).name)}. Median importance: "
+                f"{medians}. First five to drop: {first}.", "",
+                f"![drop order of {png.stem}]({os.path.relpath(png, md.parent)})", ""]
+    if {"base-score", "dense-score"} <= set(docs):
+        out += [drop_order_shift(docs["base-score"], docs["dense-score"]), ""]
+    return out
+
+
+def drop_order_shift(base: dict, tuned: dict, k: int = 8) -> str:
+    """EffiR Figure 2a's two observations, measured: retrieval training keeps the drop order (rank correlation of
+    the scores, overlap of the first k), and later layers are the more prunable (mean index of the first k)."""
+    from scipy.stats import spearmanr
+
+    parts = []
+    for kind, scores in tuned["scores"].items():
+        layers = sorted(set(scores) & set(base["scores"].get(kind, {})), key=int)
+        if len(layers) < 3:
+            continue
+        rho = spearmanr([base["scores"][kind][i] for i in layers], [scores[i] for i in layers]).statistic
+        first = tuned["order"][kind][:k]
+        shared = len(set(first) & set(base["order"][kind][:k]))
+        parts.append(f"{formats.SCORE_GROUPS.get(kind, kind)} ρ = {rho:.2f}, {shared} of the first {k} shared, their mean layer "
+                     f"{sum(first) / len(first):.1f}")
+    n = tuned.get("num_layers") or len(next(iter(tuned["scores"].values())))
+    return ("**After retrieval training** (`base-score` → `dense-score`; EffiR: the pattern stays, later layers "
+            "are the more prunable): " + "; ".join(parts) + f" (the middle layer is {(n - 1) / 2:.1f}).")
 
 
 def render_families(results: Path, md: Path) -> list[str]:

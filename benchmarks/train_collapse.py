@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -129,9 +128,9 @@ def main() -> int:
 
 
 def _plot(results: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from dsprune.report.figure import pyplot, save_png
+
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for name, r in results["variants"].items():
@@ -144,9 +143,7 @@ def _plot(results: dict, path: Path) -> None:
     ax.set_title(f"{Path(results['model']).name}: loss vs ln N (dashed)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    os.replace(tmp, path)
+    save_png(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def main() -> int:
              for g in rng.sample(msm, min(a.msmarco_groups, len(msm)))]
     rng.shuffle(rows)
     train_file = out / "train_groups.jsonl"
-    train_file.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    formats.write_text(train_file, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
     # 3. train (convert the GGUF once here, so the two ranks do not race to write the cached conversion)
     from dsprune.encoder import Encoder
@@ -96,7 +96,7 @@ def main() -> int:
            "lora": True, "lora_r": 32, "lora_alpha": 64, "temperature": 0.02, "cross_rank_negatives": True,
            "output_dir": str(out / "run"), "scaled_settings": scaled}
     import yaml
-    (out / "train.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    formats.write_text(out / "train.yaml", yaml.safe_dump(cfg, sort_keys=False))
     train_cmd = [str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", "29631", "launchers/train.py",
                  "--config", str(out / "train.yaml")]
     if a.resume:

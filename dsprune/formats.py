@@ -11,6 +11,7 @@ import datetime as _dt
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -45,15 +46,31 @@ def code_version() -> str:
     return __version__
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write JSON atomically (temporary file in the same folder, then rename)."""
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling of ``path`` (same suffix, so writers that infer the format still do) that
+    replaces ``path`` only if the block finishes: a reader never sees half a file, a failure leaves the old one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2, default=_json_default)
-        f.write("\n")
+    # a fresh name rather than mkstemp's file, so the writer creates it with the usual (umask) permissions
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}-{secrets.token_hex(4)}{path.suffix or '.tmp'}")
+    try:
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write text atomically (see ``atomic_file``)."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write JSON atomically (see ``atomic_file``)."""
+    write_text(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
 
 
 def _json_default(o: Any) -> Any:
@@ -181,6 +198,7 @@ def read_manifest(folder: str | os.PathLike) -> dict:
 #  "scores": {"attn": {"<layer>": s, ...}, "mlp": {...}, "block": {...}},
 #  "order":  {"attn": [least important first...], "mlp": [...], "block": [...]},
 #  "history": [...]  # iterative scoring: one entry per drop step}
+SCORE_GROUPS = {"attn": "attention", "mlp": "MLP", "block": "block"}   # the groups, in order, and their names
 
 def drop_order(scores: dict[str, float]) -> list[int]:
     """Least important first; ties broken by layer index so the order is deterministic."""
@@ -227,10 +245,8 @@ def write_mask(folder: str | os.PathLike, tensors: dict[str, Any], kind: str, **
     tensors = {k: v.to(torch.bool).contiguous().cpu() for k, v in tensors.items()}
     kept = int(sum(int(v.sum()) for v in tensors.values()))
     total = int(sum(v.numel() for v in tensors.values()))
-    fd, tmp = tempfile.mkstemp(prefix=".mask.", dir=folder)
-    os.close(fd)
-    save_file(tensors, tmp)
-    os.replace(tmp, folder / MASK)
+    with atomic_file(folder / MASK) as tmp:
+        save_file(tensors, str(tmp))
     write_json(folder / MASK_META, {"kind": kind, "kept": kept, "total": total, **meta})
 
 
@@ -249,10 +265,8 @@ def write_mask_scale(folder: str | os.PathLike, tensors: dict[str, Any]) -> None
     from safetensors.torch import save_file
 
     folder = Path(folder)
-    fd, tmp = tempfile.mkstemp(prefix=".mask_scale.", dir=folder)
-    os.close(fd)
-    save_file({k: v.to(torch.float32).contiguous().cpu() for k, v in tensors.items()}, tmp)
-    os.replace(tmp, folder / MASK_SCALE)
+    with atomic_file(folder / MASK_SCALE) as tmp:
+        save_file({k: v.to(torch.float32).contiguous().cpu() for k, v in tensors.items()}, str(tmp))
 
 
 def read_mask_scale(folder: str | os.PathLike) -> dict | None:

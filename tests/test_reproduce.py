@@ -142,6 +142,18 @@ def test_render_tables_with_cis_and_pending(rp, tmp_path):
     assert f"{len(docs)} of {len(rp.ROWS)} rows done" in text
 
 
+def test_headline_table_has_one_task_and_no_mean_column(rp, tmp_path):
+    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "t2-15m": 0.3})
+    for r, m in (("dense", 0.4), ("t2-15m", 0.1)):
+        docs[r]["tasks"][rp.HEADLINE_TASK] = _doc(rp, r, {rp.HEADLINE_TASK: (300, m)})["tasks"][rp.HEADLINE_TASK]
+        (results / f"{r}.json").write_text(json.dumps(docs[r]))
+    text = rp.render(results, tmp_path / "RESULTS.md")
+    head = text.split("### Headline rows on full SciFact")[1].split("###")[0]
+    assert "| row | scifact nDCG@10 | params |" in head and "mean" not in head
+    assert "| Drop-15M | 0.1" in head and head.count("[") == 1       # one interval: the only task's
+    assert "| scifact_small nDCG@10 | financebench nDCG@10 | mean | params |" in text    # the two-task tables keep it
+
+
 def test_a_resumed_training_stage_marks_the_minutes_as_a_lower_bound(rp, tmp_path):
     results, docs = _grid(rp, tmp_path, {"dense": 0.6, "t2-8a": 0.55, "t2-15a": 0.5})
     d = docs["t2-15a"]
@@ -211,9 +223,44 @@ def test_mask_stage_width_plot_lands_beside_the_row_json(rp, tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     report = {"effir4m-slim": {}, "effir4m-mask": {"folder": str(tmp_path / "out" / "effir4m-mask")}}
-    rp.copy_width_plots("effir-4m", stages, report, tmp_path / "out", results)
+    rp.copy_figures("effir-4m", stages, report, tmp_path / "out", results)
     assert (results / "effir-4m-widths.png").read_bytes() == b"effir4m-mask"       # the mask stage's, not the slim's
     assert sorted(p.name for p in results.iterdir()) == ["effir-4m-widths.png"]  # no temporary left behind
+    text = rp.render(results, tmp_path / "RESULTS.md")
+    mild = text.split("### EffiR Table 3 at a milder point")[1].split("###")[0]
+    assert "Per-layer MLP widths after slimming" in mild and "(results/effir-4m-widths.png)" in mild
+    assert text.count("Per-layer MLP widths") == 1                   # only the table holding that row
+
+
+def test_score_stage_heat_map_is_shown_with_medians_read_from_its_scores(rp, tmp_path):
+    from dsprune import formats
+
+    out, results = tmp_path / "out", tmp_path / "results"
+    results.mkdir()
+    scores = {"attn": {"0": 0.5, "1": 0.01, "2": 0.02}, "mlp": {"0": 0.9, "1": 0.2, "2": 0.1}, "block": {}}
+    formats.write_scores(out / "base-score", scores, model="m", family="llama", num_layers=3)
+    (out / "base-score" / rp.DROP_ORDER).write_bytes(b"png")
+    (out / "half-score").mkdir()                                     # no heat map: nothing copied
+    stages = [{"name": "base-score", "command": "score"}, {"name": "half-score", "command": "score"},
+              {"name": "base-drop8m", "command": "drop"}]
+    rp.copy_figures("t2-8m", stages, {}, out, results)                # a skipped row has no report: default folders
+    assert sorted(p.name for p in (results / "drop_order").iterdir()) == ["base-score.json", "base-score.png"]
+    text = "\n".join(rp.render_drop_order(results, tmp_path / "RESULTS.md"))
+    assert "Median importance: attention 0.0200, MLP 0.2000." in text
+    assert "First five to drop: attention 1, 2, 0; MLP 2, 1, 0." in text
+    assert "![drop order of base-score](results/drop_order/base-score.png)" in text
+    assert rp.render_drop_order(tmp_path / "none", tmp_path / "RESULTS.md") == []
+    assert "After retrieval training" not in text                    # one score stage: nothing to compare
+
+
+def test_drop_order_shift_after_retrieval_training(rp):
+    base = {"scores": {"mlp": {"0": 0.9, "1": 0.1, "2": 0.2, "3": 0.3}}, "order": {"mlp": [1, 2, 3, 0]},
+            "num_layers": 4}
+    same = rp.drop_order_shift(base, base, k=2)
+    assert "MLP ρ = 1.00, 2 of the first 2 shared, their mean layer 1.5" in same and "middle layer is 1.5" in same
+    tuned = {"scores": {"mlp": {"0": 0.1, "1": 0.9, "2": 0.3, "3": 0.2}}, "order": {"mlp": [0, 3, 2, 1]},
+             "num_layers": 4}
+    assert "MLP ρ = -1.00, 0 of the first 2 shared, their mean layer 1.5" in rp.drop_order_shift(base, tuned, k=2)
 
 
 def test_render_without_results_lists_everything_pending(rp, tmp_path):

@@ -82,9 +82,9 @@ def scores_for(args: Args, enc, weights: dict) -> dict:
 
 
 def _plot(path, per_layer: dict[int, float], ylabel: str, title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..report.figure import pyplot, save_png
+
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 3))
     layers = sorted(per_layer)
@@ -93,8 +93,7 @@ def _plot(path, per_layer: dict[int, float], ylabel: str, title: str) -> None:
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_png(fig, path, dpi=120)
 
 
 def run(args: Args) -> int:

@@ -47,10 +47,10 @@ def run(args: Args) -> int:
 
 
 def print_scores(doc: dict, figures: dict) -> None:
-    for g in ("attn", "mlp", "block"):
+    for g in formats.SCORE_GROUPS:
         order = doc["order"][g]
         print(f"{g:>5} drop order: {' '.join(map(str, order))}")
-    for g in ("attn", "mlp", "block"):
+    for g in formats.SCORE_GROUPS:
         s = doc["scores"][g]
         print(f"{g:>5} 1-cos: " + " ".join(f"{s[str(i)]:.3f}" for i in sorted(map(int, s))))
     print("figures: " + ", ".join(f"{k}={v}" for k, v in figures.items()))

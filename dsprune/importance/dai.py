@@ -98,6 +98,7 @@ def dai_from_stats(folder: str | Path, theta: dict[str, torch.Tensor], alpha: fl
     α, β, γ, the alignment or the Fisher scale needs no new gradients."""
     f_gen, f_dom = read_stat(folder, "fisher_gen"), read_stat(folder, "fisher_dom")
     g_gen, g_dom = read_stat(folder, "grad_gen"), read_stat(folder, "grad_dom")
+    theta = {n: w.detach().cpu() for n, w in theta.items()}      # values only: no autograd graph over the model
     missing = [n for n in theta if n not in f_dom]
     if missing:
         raise DsPruneError(f"{folder}: no statistics for {missing[0]!r}")
@@ -109,5 +110,5 @@ def dai_from_stats(folder: str | Path, theta: dict[str, torch.Tensor], alpha: fl
     out = {}
     for n, w in theta.items():
         s = alignment(g_gen[n], g_dom[n], f_gen[n], f_dom[n], alignment_how, eps)
-        out[n] = dai_score(scale * f_dom[n], scale * f_gen[n], w.detach().cpu(), s, alpha, beta, gamma, variant)
+        out[n] = dai_score(scale * f_dom[n], scale * f_gen[n], w, s, alpha, beta, gamma, variant)
     return out

@@ -14,10 +14,11 @@ from typing import Sequence
 
 import torch
 
+from .. import formats
 from ..encoder import Encoder
 from ..surgery import modeling_dsprune as md
 
-GROUPS = ("attn", "mlp", "block")
+GROUPS = tuple(formats.SCORE_GROUPS)
 
 
 def _first(x):

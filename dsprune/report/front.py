@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .figure import pyplot, save_png
+
 
 def plot(table: dict, path: str | Path, speed: str = "document") -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4.2))
     placed = 0
@@ -35,7 +35,4 @@ def plot(table: dict, path: str | Path, speed: str = "document") -> Path:
     ax.set_title("quality vs speed")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_png(fig, path, dpi=120)

@@ -1,25 +1,12 @@
 """The drop-order heat map (EffiR Figure 2a): where the redundancy sits, layer by layer."""
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-
-def save_png(fig, path: str | Path) -> Path:
-    """Save a figure atomically (temporary file, then rename) and close it."""
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    fig.savefig(tmp, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+from ..formats import SCORE_GROUPS
+from .figure import pyplot, save_png
 
 
 def drop_order_heatmap(scores: dict[str, dict], n_layers: int, path: str | Path, title: str = "",
@@ -27,10 +14,10 @@ def drop_order_heatmap(scores: dict[str, dict], n_layers: int, path: str | Path,
     """Rows attention / MLP / block, one column per original layer; colour = importance (1 − cos),
     number = rank in the drop order (1 = dropped first); hatched cells = chosen for dropping."""
     import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    groups = [g for g in ("attn", "mlp", "block") if g in scores]
+    plt = pyplot()
+
+    groups = [g for g in SCORE_GROUPS if g in scores]
     grid = np.full((len(groups), n_layers), np.nan)
     ranks = np.zeros((len(groups), n_layers), dtype=int)
     for r, g in enumerate(groups):
@@ -56,9 +43,9 @@ def drop_order_heatmap(scores: dict[str, dict], n_layers: int, path: str | Path,
         for r, g in enumerate(groups):
             for c in chosen.get(g, []):
                 ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", lw=1.6))
-    ax.set_yticks(range(len(groups)), [{"attn": "attention", "mlp": "MLP", "block": "block"}[g] for g in groups])
+    ax.set_yticks(range(len(groups)), [SCORE_GROUPS[g] for g in groups])
     ax.set_xticks(range(n_layers), [str(i) for i in range(n_layers)], fontsize=7)
     ax.set_xlabel("layer (original numbering)")
     ax.set_title(title or "importance 1 − cos(x_in, x_out); numbers = drop order")
     fig.colorbar(im, ax=ax, fraction=0.025, pad=0.01, label="1 − cos (log scale)")
-    return save_png(fig, path)
+    return save_png(fig, path, bbox_inches="tight")

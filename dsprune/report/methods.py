@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .heatmap import save_png
+from .figure import pyplot, save_png
 
 
 def plot_groups(groups: list[dict], tasks: list[str], path: str | Path, title: str = "") -> Path:
     """``groups``: [{"title", "reference": label, "ref_scores": {task: score},
     "bars": {method: {task: {"score", "delta": {"diff", "low", "high"} | None}}}}]."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from ..errors import DsPruneError
 
@@ -52,4 +50,4 @@ def plot_groups(groups: list[dict], tasks: list[str], path: str | Path, title: s
     if title:
         fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    return save_png(fig, path)
+    return save_png(fig, path, bbox_inches="tight")

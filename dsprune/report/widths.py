@@ -9,12 +9,12 @@ from pathlib import Path
 
 import torch
 
+from .figure import pyplot, save_png
+
 
 def plot_widths(widths_by_ratio: dict[float, dict[int, int]], full: dict[int, int], num_layers: int,
                 path: str | Path, chosen: float | None = None, title: str = "") -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(max(6.0, 0.28 * num_layers + 2), 3.8))
     xs = sorted(full)
@@ -39,18 +39,13 @@ def plot_widths(widths_by_ratio: dict[float, dict[int, int]], full: dict[int, in
     ax.set_title(title or "MLP width per layer after global gate ranking")
     ax.legend(fontsize=7, ncol=2, loc="lower left")
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
 def plot_gate_histogram(values: dict[int, torch.Tensor], path: str | Path, threshold: float | None = None,
                         title: str = "") -> Path:
     """Histogram of ReLU(z) over all gates (log count), to show how far slimming spread them."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     flat = torch.relu(torch.cat([v.flatten().float() for v in values.values()])).numpy()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
@@ -64,7 +59,4 @@ def plot_gate_histogram(values: dict[int, torch.Tensor], path: str | Path, thres
     ax.set_ylabel("gates")
     ax.set_title(title or f"self-slimming gates (n={flat.size})")
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)

@@ -189,18 +189,13 @@ GATES_FILE = "gates.safetensors"
 
 def save_gates(path, values: dict[int, torch.Tensor], num_layers: int, family: str) -> None:
     """Write raw z per layer atomically; the metadata says how many layers the original model has."""
-    import os
-    import tempfile
-    from pathlib import Path
-
     from safetensors.torch import save_file
 
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    save_file({f"mlp.{int(i)}": v.float().contiguous().cpu() for i, v in sorted(values.items())}, tmp,
-              metadata={"num_layers": str(int(num_layers)), "family": family, "what": "self-slimming gates z"})
-    os.replace(tmp, path)
+    from ..formats import atomic_file
+
+    with atomic_file(path) as tmp:
+        save_file({f"mlp.{int(i)}": v.float().contiguous().cpu() for i, v in sorted(values.items())}, str(tmp),
+                  metadata={"num_layers": str(int(num_layers)), "family": family, "what": "self-slimming gates z"})
 
 
 def load_gates(path) -> tuple[dict[int, torch.Tensor], dict]:

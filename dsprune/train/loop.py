@@ -416,9 +416,7 @@ def _read_log(path: Path) -> list[dict]:
 
 
 def _write_log(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    os.replace(tmp, path)
+    formats.write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def _save(engine, ckdir: Path, step: int, world: int, args: TrainArgs, rank: int) -> None:

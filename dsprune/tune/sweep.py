@@ -288,19 +288,13 @@ def summarise(rows: list[dict], sweep: Sweep, args: Args) -> dict:
                "best": best, "best_model": best["model"] if best else None, "front": front_ids, "trials": rows}
     out = Path(sweep.out)
     formats.write_json(out / SUMMARY, summary)
-    _atomic_text(out / TABLE, table(rows, sweep, best))
+    formats.write_text(out / TABLE, table(rows, sweep, best))
     if any(r.get(x) is not None and r.get(sweep.metric) is not None for r in done):
         names = [p.name for p in sweep.params]
         plot_front(rows, sweep.metric, x, best, out / FRONT,
                    label=lambda r: " ".join(f"{n.split('.')[-1]}={_fmt(r.get(n))}" for n in names))
         summary["plot"] = str(out / FRONT)
     return summary
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def _fmt(v) -> str:
@@ -339,9 +333,9 @@ def table(rows: list[dict], sweep: Sweep, best: dict | None) -> str:
 def plot_front(rows: list[dict], y: str, x: str, best: dict | None, path: Path, label=None) -> Path:
     """Every finished trial as a point (x = cost, y = score, labelled by its values); the front joined,
     infeasible ones hollow."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..report.figure import pyplot, save_png
+
+    plt = pyplot()
 
     pts = [r for r in rows if r["status"] == "done" and r.get(x) is not None and r.get(y) is not None]
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -364,9 +358,5 @@ def plot_front(rows: list[dict], y: str, x: str, best: dict | None, path: Path, 
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_png(fig, path, dpi=120)
 

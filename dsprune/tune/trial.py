@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import formats
 from ..errors import DsPruneError
 from ..recipe import run_recipe
 from . import outcome, space
@@ -125,7 +126,7 @@ def run_trial(config: dict, spec) -> None:
     os.chdir(spec.cwd)  # Ray starts trials in their own folder; the pipeline's relative paths mean the user's
     trial_dir = Path(spec.out) / "trials" / tune.get_context().get_trial_id()
     trial_dir.mkdir(parents=True, exist_ok=True)
-    (trial_dir / "config.json").write_text(json.dumps(config, indent=1, default=str))
+    formats.write_text(trial_dir / "config.json", json.dumps(config, indent=1, default=str))
     reporter = Reporter(trial_dir)
     watcher = Watcher(reporter, trial_dir / "logs", spec.metric)
     try:
@@ -134,7 +135,7 @@ def run_trial(config: dict, spec) -> None:
                                 cache=Path(spec.out) / "stages", execute=watcher, on_reuse=watcher.replay)
         except DsPruneError as e:
             raise DsPruneError(f"{e} -- {watcher.last_error}" if watcher.last_error else str(e)) from None
-        (trial_dir / "stages.json").write_text(json.dumps(report, indent=1, default=str))
+        formats.write_text(trial_dir / "stages.json", json.dumps(report, indent=1, default=str))
         metrics = outcome.pipeline_metrics(report)
         metrics["model"] = _evaluated_model(report)
         metrics.update(spec.judge(metrics))
