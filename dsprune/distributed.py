@@ -2,12 +2,18 @@
 launch side by side); its end must be torn down: leaving a gloo/shm group can abort a rank at exit
 ("terminate called without an active exception", exit 250) after all its work is done and written, and
 DeepSpeed's shared-memory allreduce (ranks on one host) never unlinks its per-rank buffer, so every launch
-would leave ~70 MB per rank in /dev/shm, which is RAM: 7 GB after a hundred launches."""
+would leave ~70 MB per rank in /dev/shm, which is RAM: 7 GB after a hundred launches. Destroying the
+group is not always enough: a thread torch left in C++ can still wake during interpreter finalization and
+abort the rank, rarely but in CI too, so a launcher's rank leaves through ``exit_rank`` instead."""
 from __future__ import annotations
 
+import faulthandler
+import logging
 import os
 import socket
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 SHM = Path("/dev/shm")
 
@@ -28,6 +34,22 @@ def close_process_group() -> None:
         dist.barrier()  # every rank has mapped every buffer long ago: unlinking names frees nothing in use
         dist.destroy_process_group()
         shm_buffer(rank).unlink(missing_ok=True)
+
+
+def exit_rank(code: int) -> NoReturn:
+    """End a launcher's rank with ``code`` and no interpreter finalization, once its work is written and
+    ``close_process_group`` has run: outputs are complete and renamed into place by then, so finalization
+    only adds the chance of the abort above (which turns a finished run into a failed launch)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
+def report_aborts() -> None:
+    """Print every thread's Python stack if the rank aborts (SIGABRT, SIGSEGV), so a crash names its place."""
+    if not faulthandler.is_enabled():
+        faulthandler.enable(all_threads=True)
 
 
 def shm_buffer(rank: int) -> Path:

@@ -15,9 +15,10 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     from dsprune.commands import dai
     from dsprune.config import parse_args
-    from dsprune.distributed import close_process_group
+    from dsprune.distributed import close_process_group, report_aborts
     from dsprune.errors import DsPruneError
 
+    report_aborts()
     argv = list(sys.argv[1:] if argv is None else argv)
     # The deepspeed launcher appends --local_rank=N; the rank comes from the environment instead.
     argv = [a for a in argv if not a.startswith("--local_rank")]
@@ -37,4 +38,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from dsprune.distributed import exit_rank
+
+    exit_rank(main())

@@ -13,11 +13,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, wh
 
 def main(argv: list[str] | None = None) -> int:
     from dsprune.config import parse_args
-    from dsprune.distributed import close_process_group
+    from dsprune.distributed import close_process_group, report_aborts
     from dsprune.errors import DsPruneError
     from dsprune.train.loop import train
     from dsprune.train.slim import StageArgs, stage_hooks  # --mode train|slim, --mask (issue 5)
 
+    report_aborts()
     argv = list(sys.argv[1:] if argv is None else argv)
     # the DeepSpeed launcher appends --local_rank=N; the rank is read from the environment instead
     argv = [a for a in argv if not a.startswith("--local_rank")]
@@ -32,4 +33,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from dsprune.distributed import exit_rank
+
+    exit_rank(main())
