@@ -47,22 +47,18 @@ def main() -> int:
 
     summary = formats.read_json(out / SUMMARY)
     dest = Path(a.results)
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    shutil.copy(out / FRONT, tmp / FRONT)
     table = (out / TABLE).read_text()
     command = " ".join([sys.executable, *sys.argv])
     note = ("SmolLM2-135M-Instruct (Q4_1 dequantised, standing in for a base model) trained into a dense retriever "
             "by benchmarks/train_dense.py; scaled for 2 CPU cores as tuning/slim_smollm2.yaml says.")
     trial_minutes = sum(r.get("minutes") or 0 for r in summary["trials"])
-    (tmp / TABLE).write_text(f"# Sweep: {Path(a.config).name}\n\nMade by `{command}`: trials took "
-                             f"{trial_minutes:.0f} min in all, one at a time (this invocation, which may have "
-                             f"only resumed or collected them: {seconds / 60:.1f} min).\n{note}\n\n{table}")
-    (tmp / SUMMARY).write_text(json.dumps({**summary, "command": command, "config": a.config}, indent=1,
-                                          default=str))
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.replace(dest)
+    with formats.output_dir(dest, overwrite=True) as tmp:
+        shutil.copy(out / FRONT, tmp / FRONT)
+        (tmp / TABLE).write_text(f"# Sweep: {Path(a.config).name}\n\nMade by `{command}`: trials took "
+                                 f"{trial_minutes:.0f} min in all, one at a time (this invocation, which may have "
+                                 f"only resumed or collected them: {seconds / 60:.1f} min).\n{note}\n\n{table}")
+        (tmp / SUMMARY).write_text(json.dumps({**summary, "command": command, "config": a.config}, indent=1,
+                                              default=str))
     print(table)
     print(f"kept in {dest}")
     return 0
