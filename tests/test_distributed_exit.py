@@ -15,7 +15,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 def test_exit_rank_keeps_code_and_buffered_output():
     # no newline and a pipe (block-buffered): only an explicit flush gets these out before os._exit
-    r = _run("import sys, logging\n"
+    r = _run("import sys\n"
              "from dsprune.distributed import exit_rank\n"
              "print('written to stdout', end='')\n"
              "sys.stderr.write('written to stderr')\n"
