@@ -6,7 +6,9 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -19,6 +21,21 @@ def launch_env(**overrides: str) -> dict:
                TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions")))
     env.update(overrides)
     return env
+
+
+@contextmanager
+def scoped_environ(env: dict) -> Iterator[None]:
+    """``env`` as this process's environment while the block runs (for what launches children with
+    ``os.environ``, such as ``dsprune.recipe.run_recipe``), the previous one restored after it, so a caller
+    that goes on (a test, a later render) sees its own environment unchanged."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def sh(cmd: list[str], log: Path, env: dict) -> float:

@@ -1,4 +1,4 @@
-"""A second model family through EffiR's recipe with only the model changed (issue 8's "Show").
+"""A second model family through EffiR's recipe with only the model changed: do the findings carry over?
 
     flock /tmp/dsprune-heavy.lock nohup .venv/bin/python benchmarks/family.py gemma3 > out/family.log 2>&1 &
 
@@ -16,17 +16,19 @@ import shlex
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, copy_file, launch_env, sh  # noqa: E402
+if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-sys.path.insert(0, str(REPO))
+from benchmarks._common import REPO, copy_file, launch_env, sh  # noqa: E402
+from benchmarks.grid import render  # noqa: E402
 from dsprune import formats  # noqa: E402
+from dsprune.errors import DsPruneError  # noqa: E402
 from dsprune.recipe import STAMP, load_recipe  # noqa: E402
 
 RECIPE = REPO / "recipes" / "effir-smollm2.yaml"
 # family -> (title, recipe params): the MLP drop scaled like SmolLM2's 15 of 30 (EffiR's 16 of 32)
 FAMILIES = {"gemma3": ("Gemma 3 270M (18 blocks: drop 9 MLPs)", {"model": "gemma3-270m", "drop_mlp": 9})}
-RESULTS = REPO / "benchmarks" / "results" / "families"
+RESULTS = render.RESULTS / "families"      # render.render_families reads them from there
 
 
 def command(family: str) -> list[str]:
@@ -77,8 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         sh(cmd, Path(f"{out}.log"), launch_env())
     dest = collect(a.family, out, Path(a.results))
     print(f"wrote {dest}")
-    import reproduce
-    reproduce.main(["--render"])
+    try:    # the family's results are kept either way; a failed render leaves RESULTS.md as it was
+        render.render(render.RESULTS, render.RESULTS_MD)
+        print(f"rendered {render.RESULTS_MD}")
+    except DsPruneError as e:
+        print(f"error: {e}", file=sys.stderr)
     return 0
 
 

@@ -21,10 +21,10 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, REPO, launch_env, sh  # noqa: E402
+if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-sys.path.insert(0, str(REPO))
+from benchmarks._common import BIN, REPO, launch_env, sh  # noqa: E402
 
 
 def passage_cosine(model: Path, texts: list[str]) -> float:

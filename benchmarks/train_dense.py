@@ -9,7 +9,7 @@ What it does, every step a real dsprune command:
      in-batch + hard + cross-rank negatives (τ = 0.02), ZeRO-2 on 2 CPU ranks (gloo);
   4. ``dsprune eval`` of the untrained and the trained model on scifact_small (same encoder config).
 
-Scaled for 2 CPU cores (PLATFORM.md): groups of 1 positive + 3 negatives (paper: 1 + 7), passages cut at 128
+Scaled for 2 CPU cores: groups of 1 positive + 3 negatives (paper: 1 + 7), passages cut at 128
 tokens, a few hundred groups, one epoch (~30-40 min). SmolLM2 here is the Instruct model, 4-bit (Q4_1) and
 dequantised: it stands in for a base model. Everything lands in ``--out`` with a manifest.
 """
@@ -22,12 +22,10 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, REPO, launch_env, sh  # noqa: E402
+if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-sys.path.insert(0, str(REPO))
-
-
+from benchmarks._common import BIN, REPO, launch_env, sh  # noqa: E402
 
 
 def main() -> int:

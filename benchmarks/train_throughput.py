@@ -16,10 +16,10 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, REPO, launch_env, sh  # noqa: E402
+if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-sys.path.insert(0, str(REPO))
+from benchmarks._common import BIN, REPO, launch_env, sh  # noqa: E402
 
 
 def measured(run: Path, warmup: int, group_size: int) -> dict:

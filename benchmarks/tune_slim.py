@@ -1,5 +1,5 @@
-"""Issue 7's real sweep: slimming ratio x λ on the dense SmolLM2 retriever, scored on scifact_small, costed by
-measured encoding speed-up; prints the trial table and keeps it with the front in ``benchmarks/results/``.
+"""A real sweep: slimming ratio x λ on the dense SmolLM2 retriever, scored on scifact_small, costed by measured
+encoding speed-up; prints the trial table and keeps it with the front in ``benchmarks/results/``.
 
     flock /tmp/dsprune-heavy.lock nohup .venv/bin/python benchmarks/tune_slim.py > out/tune_slim.log 2>&1 &
 
@@ -16,10 +16,10 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BIN, REPO, launch_env, sh  # noqa: E402
+if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-sys.path.insert(0, str(REPO))
+from benchmarks._common import BIN, REPO, launch_env, sh  # noqa: E402
 
 
 def main() -> int:

@@ -1,31 +1,17 @@
 """benchmarks/family.py: another model family goes through effir-smollm2.yaml's stages (the same training
 budget for the EffiR model and its unpruned control), and its report lands in RESULTS.md with its command."""
-import importlib.util
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks import family as fam
+from benchmarks.grid import render
 from dsprune.recipe import load_recipe
 from dsprune.report import compare
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(scope="module")
-def fam():
-    _load("reproduce")
-    return _load("family")
 
 
 def test_control_gets_the_effir_models_training_budget():
@@ -49,7 +35,7 @@ def _results(path: Path, mean: float, seed: int) -> None:
     (path / "results.json").write_text(json.dumps({"model": str(path), "fingerprint": path.name, "tasks": tasks}))
 
 
-def test_collect_keeps_the_report_and_render_shows_it(fam, tmp_path):
+def test_collect_keeps_the_report_and_render_shows_it(tmp_path):
     out, results = tmp_path / "out", tmp_path / "results"
     _, stages = load_recipe(fam.RECIPE, params=fam.FAMILIES["gemma3"][1])
     for i, s in enumerate(stages):
@@ -70,7 +56,7 @@ def test_collect_keeps_the_report_and_render_shows_it(fam, tmp_path):
                               "drop_mlp=9 --out out/recipes/effir-gemma3")
     assert [s["name"] for s in doc["stages"]] == [s.name for s in stages]
 
-    text = sys.modules["reproduce"].render(results, tmp_path / "RESULTS.md")
+    text = render.render(results, tmp_path / "RESULTS.md")
     section = text[text.index("## A second model family: Gemma 3 270M"):text.index("## Provenance")]
     assert "`.venv/bin/python benchmarks/family.py gemma3`" in section
     assert f"{sum(60 * (i + 1) for i in range(len(stages))) / 60:.0f} min of stages" in section

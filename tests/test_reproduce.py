@@ -5,11 +5,12 @@ import importlib.util
 import json
 import os
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks import reproduce
+from benchmarks.grid import inputs, render, rows, run
 from dsprune.errors import DsPruneError
 from dsprune.eval.bootstrap import paired_bootstrap
 from dsprune.recipe import load_recipe
@@ -18,48 +19,39 @@ from test_eval_retrieval import write_beir
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def rp():
-    spec = importlib.util.spec_from_file_location("reproduce", REPO / "benchmarks" / "reproduce.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_list_prints_rows_and_stages(rp, tmp_path, capsys):
-    assert rp.main(["--list", "--results", str(tmp_path)]) == 0
+def test_list_prints_rows_and_stages(tmp_path, capsys):
+    assert reproduce.main(["--list", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     for row in ("untrained", "t1-15m", "t2-last15b", "effir", "gap-fisher-50-retrain", "gap-dai-neurons-30"):
         assert f"\n{row}  [" in out
     assert "effir-mask                   dsprune mask --gates '${effir-slim}' --ratio 0.3" in out
     assert "base-droplast15b             dsprune drop --model smollm2 --drop_last 15" in out
-    assert f"{len(rp.ROWS)} rows" in out and "pending" in out
+    assert f"{len(rows.ROWS)} rows" in out and "pending" in out
 
 
-def test_bad_rows_name_one_clear_error(rp, capsys):
-    assert rp.main(["--rows", "t1-4a", "nosuch", "--list"]) == 2
+def test_bad_rows_name_one_clear_error(capsys):
+    assert reproduce.main(["--rows", "t1-4a", "nosuch", "--list"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: unknown row(s) nosuch; rows: untrained, dense")
 
 
-def test_tables_select_rows_in_grid_order(rp):
-    assert [r.name for r in rp.select(["effir", "effir-t3"])] == ["dense", "t2-15m", "t2-19m", "effir"]
+def test_tables_select_rows_in_grid_order():
+    assert [r.name for r in rows.select(["effir", "effir-t3"])] == ["dense", "t2-15m", "t2-19m", "effir"]
     # every row belongs to a table and a table's reference is one of its rows
-    assert set(rp.TABLE_OF) == set(rp.ROWS)
-    assert all(t.reference in t.rows for t in rp.TABLES)
+    assert set(rows.TABLE_OF) == set(rows.ROWS)
+    assert all(t.reference in t.rows for t in rows.TABLES)
 
 
-def test_shared_stages_agree_across_rows(rp):
+def test_shared_stages_agree_across_rows():
     """Rows share a stage folder by name, so a name must mean one definition everywhere."""
-    a = rp.parse(["--headline-scifact"])
+    a = reproduce.parse(["--headline-scifact"])
     seen = {}
-    for row in rp.ROWS.values():
-        for s in row.stages(rp.Ctx(a, symbolic=True)):
+    for row in rows.ROWS.values():
+        for s in row.stages(inputs.Ctx(a, symbolic=True)):
             assert seen.setdefault(s["name"], s) == s, s["name"]
 
 
-def test_every_row_is_a_valid_recipe(rp, tiny_dirs, tmp_path):
+def test_every_row_is_a_valid_recipe(tiny_dirs, tmp_path):
     """With real inputs every row's stage list passes the recipe checks (commands, launchers, option names)."""
     groups = tmp_path / "groups.jsonl"
     groups.write_text(json.dumps({"query": "q", "pos": ["p"], "neg": ["n"]}) + "\n")
@@ -67,28 +59,28 @@ def test_every_row_is_a_valid_recipe(rp, tiny_dirs, tmp_path):
     cfg.write_text(f"model: x\ntrain_data: [{groups}]\ngroup_size: 4\nlora: true\noutput_dir: y\n"
                    "encoder: {pooling: mean, max_length: 128}\n")
     tiny = str(tiny_dirs["llama"])
-    a = rp.parse(["--model", tiny, "--dense", tiny, "--train-config", str(cfg), "--out", str(tmp_path / "out"),
+    a = reproduce.parse(["--model", tiny, "--dense", tiny, "--train-config", str(cfg), "--out", str(tmp_path / "out"),
                   "--headline-scifact"])
-    ctx = rp.Ctx(a, symbolic=False)
-    for row in rp.ROWS.values():
+    ctx = inputs.Ctx(a, symbolic=False)
+    for row in rows.ROWS.values():
         stages = row.stages(ctx)
         load_recipe({"path": row.name, "stages": stages})
         for s in stages:
             assert "<" not in json.dumps(s["args"]), (row.name, s)   # no placeholder left
-    t2 = next(s for s in rp.ROWS["t2-8m"].stages(ctx) if s["name"] == "t2-8m-train")["args"]
+    t2 = next(s for s in rows.ROWS["t2-8m"].stages(ctx) if s["name"] == "t2-8m-train")["args"]
     assert t2["group_size"] == 4 and t2["encoder"] == '{"pooling": "mean", "max_length": 128}'
     assert t2["train_data"][0].startswith("${out}/inputs/groups-") and "output_dir" not in t2
     assert (tmp_path / "out" / "inputs").is_dir()
 
 
-def _doc(rp, row, scores, speed=None, seed=0):
+def _doc(row, scores, speed=None, seed=0):
     rng = random.Random(seed)
     tasks = {}
     for task, (n, base) in scores.items():
         pq = {f"q{i}": min(1.0, max(0.0, base + rng.uniform(-0.2, 0.2))) for i in range(n)}
         tasks[task] = {"ndcg_at_10": sum(pq.values()) / n, "recall_at_100": 0.9,
                        "per_query": {"ndcg_at_10": pq}}
-    return {"row": row, "table": rp.TABLE_OF[row], "label": rp.ROWS[row].label, "config_fingerprint": "x",
+    return {"row": row, "table": rows.TABLE_OF[row], "label": rows.ROWS[row].label, "config_fingerprint": "x",
             "command": f".venv/bin/python benchmarks/reproduce.py --rows {row}", "tasks": tasks,
             "params": 134_515_008, "speed": speed, "compute_seconds": 600, "wall_seconds": 300,
             "code_version": "abc1234", "model_fingerprint": row,
@@ -96,24 +88,24 @@ def _doc(rp, row, scores, speed=None, seed=0):
             "training": {f"{row}-train": {"steps": 32}} if row.startswith(("t2-", "effir", "gapft-")) else {}}
 
 
-def _grid(rp, tmp_path, means: dict, speeds: dict | None = None):
+def _grid(tmp_path, means: dict, speeds: dict | None = None):
     """Fabricated row results (per-query nDCG around each row's mean on both tasks), written as the grid does."""
     results = tmp_path / "results"
     results.mkdir()
     sizes = {"scifact_small": 300, "financebench": 75}
-    docs = {r: _doc(rp, r, {t: (n, m) for t, n in sizes.items()}, speed=(speeds or {}).get(r), seed=i + 1)
+    docs = {r: _doc(r, {t: (n, m) for t, n in sizes.items()}, speed=(speeds or {}).get(r), seed=i + 1)
             for i, (r, m) in enumerate(means.items())}
     for r, d in docs.items():
         (results / f"{r}.json").write_text(json.dumps(d))
     return results, docs
 
 
-def test_render_tables_with_cis_and_pending(rp, tmp_path):
-    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "untrained": 0.2, "t1-4a": 0.5, "t2-19m": 0.55, "effir": 0.57},
+def test_render_tables_with_cis_and_pending(tmp_path):
+    results, docs = _grid(tmp_path, {"dense": 0.6, "untrained": 0.2, "t1-4a": 0.5, "t2-19m": 0.55, "effir": 0.57},
                           {"t2-19m": {"document": 1.6, "query": 1.5}, "effir": {"document": 1.7, "query": 1.6}})
     (results / "notes.json").write_text("{}")                       # not a row: ignored
     md = tmp_path / "RESULTS.md"
-    text = rp.render(results, md)
+    text = render.render(results, md)
     assert md.read_text() == text
     assert "Instruct" in text and "Q4_1" in text and "stands in" in text
     lines = text.splitlines()
@@ -139,47 +131,47 @@ def test_render_tables_with_cis_and_pending(rp, tmp_path):
     assert "EffiR (15M + slim 30%) − Drop-19M on financebench" in text
     assert (results / "quality_vs_speed.png").is_file() and "![quality vs speed](results/quality_vs_speed.png)" in text
     assert "- **t1-4a** (abc1234" in text and "  - `dsprune eval --model m --out o/t1-4a-eval`" in text
-    assert f"{len(docs)} of {len(rp.ROWS)} rows done" in text
+    assert f"{len(docs)} of {len(rows.ROWS)} rows done" in text
 
 
-def test_headline_table_has_one_task_and_no_mean_column(rp, tmp_path):
-    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "t2-15m": 0.3})
+def test_headline_table_has_one_task_and_no_mean_column(tmp_path):
+    results, docs = _grid(tmp_path, {"dense": 0.6, "t2-15m": 0.3})
     for r, m in (("dense", 0.4), ("t2-15m", 0.1)):
-        docs[r]["tasks"][rp.HEADLINE_TASK] = _doc(rp, r, {rp.HEADLINE_TASK: (300, m)})["tasks"][rp.HEADLINE_TASK]
+        docs[r]["tasks"][rows.HEADLINE_TASK] = _doc(r, {rows.HEADLINE_TASK: (300, m)})["tasks"][rows.HEADLINE_TASK]
         (results / f"{r}.json").write_text(json.dumps(docs[r]))
-    text = rp.render(results, tmp_path / "RESULTS.md")
+    text = render.render(results, tmp_path / "RESULTS.md")
     head = text.split("### Headline rows on full SciFact")[1].split("###")[0]
     assert "| row | scifact nDCG@10 | params |" in head and "mean" not in head
     assert "| Drop-15M | 0.1" in head and head.count("[") == 1       # one interval: the only task's
     assert "| scifact_small nDCG@10 | financebench nDCG@10 | mean | params |" in text    # the two-task tables keep it
 
 
-def test_a_resumed_training_stage_marks_the_minutes_as_a_lower_bound(rp, tmp_path):
-    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "t2-8a": 0.55, "t2-15a": 0.5})
+def test_a_resumed_training_stage_marks_the_minutes_as_a_lower_bound(tmp_path):
+    results, docs = _grid(tmp_path, {"dense": 0.6, "t2-8a": 0.55, "t2-15a": 0.5})
     d = docs["t2-15a"]
     d["training"]["t2-15a-train"]["resumed_from"] = 16
     (results / "t2-15a.json").write_text(json.dumps(d))
-    text = rp.render(results, tmp_path / "RESULTS.md")
+    text = render.render(results, tmp_path / "RESULTS.md")
     row = {r: next(x for x in text.splitlines() if x.endswith(f"`--rows {r}` |")) for r in ("t2-8a", "t2-15a")}
     assert "| 10+ |" in row["t2-15a"] and "| 10 |" in row["t2-8a"]
     assert "- **t2-15a** (abc1234, 10+ min of stages" in text
 
 
-def test_trained_rows_below_the_untrained_model_are_marked_not_properly_trained(rp, tmp_path):
+def test_trained_rows_below_the_untrained_model_are_marked_not_properly_trained(tmp_path):
     # t1-8m: a drop without training; t2-19m trained and clearly worse than untrained; effir trained, not worse;
     # gapft-random-50: trained, then pruned one-shot (its loss is the pruning's, not a failed training)
-    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "untrained": 0.3, "t1-8m": 0.1, "t2-19m": 0.1, "effir": 0.32,
+    results, docs = _grid(tmp_path, {"dense": 0.6, "untrained": 0.3, "t1-8m": 0.1, "t2-19m": 0.1, "effir": 0.32,
                                          "gapft-random-50": 0.1})
-    text = rp.render(results, tmp_path / "RESULTS.md")
-    assert set(rp.under_trained(docs)) == {"t2-19m"}
+    text = render.render(results, tmp_path / "RESULTS.md")
+    assert set(render.under_trained(docs)) == {"t2-19m"}
     assert "| Drop-19M † |" in text and "| Drop-8M |" in text and "| EffiR (15M + slim 30%) |" in text
     assert "**† not properly trained**: t2-19m score below the *untrained* model on scifact_small" in text
 
 
-def test_gaprune_claim_check_compares_dai_with_each_baseline_on_the_domain(rp, tmp_path):
-    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "gap-dai-50": 0.5, "gap-magnitude-50": 0.3, "gap-random-50": 0.1,
+def test_gaprune_claim_check_compares_dai_with_each_baseline_on_the_domain(tmp_path):
+    results, docs = _grid(tmp_path, {"dense": 0.6, "gap-dai-50": 0.5, "gap-magnitude-50": 0.3, "gap-random-50": 0.1,
                                          "gapft-dai-50": 0.4, "gapft-fisher-50": 0.45})
-    text = rp.render(results, tmp_path / "RESULTS.md")
+    text = render.render(results, tmp_path / "RESULTS.md")
     check = next(x for x in text.splitlines() if x.startswith("- DAI − other masks, one-shot 50%, on financebench"))
     pq = {r: docs[r]["tasks"]["financebench"]["per_query"]["ndcg_at_10"] for r in docs}
     d = paired_bootstrap(pq["gap-dai-50"], pq["gap-magnitude-50"], 2000, 0)
@@ -192,9 +184,9 @@ def test_gaprune_claim_check_compares_dai_with_each_baseline_on_the_domain(rp, t
     assert "gaprune_methods.png)" in text and (results / "gaprune_methods.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_effir_claim_checks_each_pair_of_equal_size(rp, tmp_path):
-    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "t2-8m": 0.4, "effir-4m": 0.5})
-    text = rp.render(results, tmp_path / "RESULTS.md")
+def test_effir_claim_checks_each_pair_of_equal_size(tmp_path):
+    results, docs = _grid(tmp_path, {"dense": 0.6, "t2-8m": 0.4, "effir-4m": 0.5})
+    text = render.render(results, tmp_path / "RESULTS.md")
     pq = {r: docs[r]["tasks"]["scifact_small"]["per_query"]["ndcg_at_10"] for r in docs}
     d = paired_bootstrap(pq["effir-4m"], pq["t2-8m"], 2000, 0)
     assert (f"- EffiR (4M + slim 15%) − Drop-8M on scifact_small: {d['diff']:+.4f} "
@@ -203,11 +195,11 @@ def test_effir_claim_checks_each_pair_of_equal_size(rp, tmp_path):
     assert "### EffiR Table 3 at a milder point" in text and "effir-4m 32" in text
 
 
-def test_module_claim_checks_mlp_rows_against_block_rows_with_their_sizes(rp, tmp_path):
-    results, docs = _grid(rp, tmp_path, {"dense": 0.6, "t2-8m": 0.4, "t2-8b": 0.5, "t1-15m": 0.3})
+def test_module_claim_checks_mlp_rows_against_block_rows_with_their_sizes(tmp_path):
+    results, docs = _grid(tmp_path, {"dense": 0.6, "t2-8m": 0.4, "t2-8b": 0.5, "t1-15m": 0.3})
     docs["t2-8b"]["params"] = 106_200_000
     (results / "t2-8b.json").write_text(json.dumps(docs["t2-8b"]))
-    text = rp.render(results, tmp_path / "RESULTS.md")
+    text = render.render(results, tmp_path / "RESULTS.md")
     pq = {r: docs[r]["tasks"]["financebench"]["per_query"]["ndcg_at_10"] for r in docs}
     d = paired_bootstrap(pq["t2-8m"], pq["t2-8b"], 2000, 0)
     assert ("- MLPs vs blocks, then the dense budget: Drop-8M (134.5M) − Drop-8B (106.2M) on financebench: "
@@ -215,7 +207,7 @@ def test_module_claim_checks_mlp_rows_against_block_rows_with_their_sizes(rp, tm
     assert "Drop-15M (134.5M) −" not in text                         # t1-8b is pending: no check
 
 
-def test_mask_stage_width_plot_lands_beside_the_row_json(rp, tmp_path):
+def test_mask_stage_width_plot_lands_beside_the_row_json(tmp_path):
     stages = [{"name": "effir4m-slim", "launcher": "train"}, {"name": "effir4m-mask", "command": "mask"}]
     for s in stages:
         (tmp_path / "out" / s["name"]).mkdir(parents=True)
@@ -223,60 +215,60 @@ def test_mask_stage_width_plot_lands_beside_the_row_json(rp, tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     report = {"effir4m-slim": {}, "effir4m-mask": {"folder": str(tmp_path / "out" / "effir4m-mask")}}
-    rp.copy_figures("effir-4m", stages, report, tmp_path / "out", results)
+    run.copy_figures("effir-4m", stages, report, tmp_path / "out", results)
     assert (results / "effir-4m-widths.png").read_bytes() == b"effir4m-mask"       # the mask stage's, not the slim's
     assert sorted(p.name for p in results.iterdir()) == ["effir-4m-widths.png"]  # no temporary left behind
-    text = rp.render(results, tmp_path / "RESULTS.md")
+    text = render.render(results, tmp_path / "RESULTS.md")
     mild = text.split("### EffiR Table 3 at a milder point")[1].split("###")[0]
     assert "Per-layer MLP widths after slimming" in mild and "(results/effir-4m-widths.png)" in mild
     assert text.count("Per-layer MLP widths") == 1                   # only the table holding that row
 
 
-def test_score_stage_heat_map_is_shown_with_medians_read_from_its_scores(rp, tmp_path):
+def test_score_stage_heat_map_is_shown_with_medians_read_from_its_scores(tmp_path):
     from dsprune import formats
 
     out, results = tmp_path / "out", tmp_path / "results"
     results.mkdir()
     scores = {"attn": {"0": 0.5, "1": 0.01, "2": 0.02}, "mlp": {"0": 0.9, "1": 0.2, "2": 0.1}, "block": {}}
     formats.write_scores(out / "base-score", scores, model="m", family="llama", num_layers=3)
-    (out / "base-score" / rp.DROP_ORDER).write_bytes(b"png")
+    (out / "base-score" / run.DROP_ORDER).write_bytes(b"png")
     (out / "half-score").mkdir()                                     # no heat map: nothing copied
     stages = [{"name": "base-score", "command": "score"}, {"name": "half-score", "command": "score"},
               {"name": "base-drop8m", "command": "drop"}]
-    rp.copy_figures("t2-8m", stages, {}, out, results)                # a skipped row has no report: default folders
+    run.copy_figures("t2-8m", stages, {}, out, results)                # a skipped row has no report: default folders
     assert sorted(p.name for p in (results / "drop_order").iterdir()) == ["base-score.json", "base-score.png"]
-    text = "\n".join(rp.render_drop_order(results, tmp_path / "RESULTS.md"))
+    text = "\n".join(render.render_drop_order(results, tmp_path / "RESULTS.md"))
     assert "Median importance: attention 0.0200, MLP 0.2000." in text
     assert "First five to drop: attention 1, 2, 0; MLP 2, 1, 0." in text
     assert "![drop order of base-score](results/drop_order/base-score.png)" in text
-    assert rp.render_drop_order(tmp_path / "none", tmp_path / "RESULTS.md") == []
+    assert render.render_drop_order(tmp_path / "none", tmp_path / "RESULTS.md") == []
     assert "After retrieval training" not in text                    # one score stage: nothing to compare
 
 
-def test_drop_order_shift_after_retrieval_training(rp):
+def test_drop_order_shift_after_retrieval_training():
     base = {"scores": {"mlp": {"0": 0.9, "1": 0.1, "2": 0.2, "3": 0.3}}, "order": {"mlp": [1, 2, 3, 0]},
             "num_layers": 4}
-    same = rp.drop_order_shift(base, base, k=2)
+    same = render.drop_order_shift(base, base, k=2)
     assert "MLP ρ = 1.00, 2 of the first 2 shared, their mean layer 1.5" in same and "middle layer is 1.5" in same
     tuned = {"scores": {"mlp": {"0": 0.1, "1": 0.9, "2": 0.3, "3": 0.2}}, "order": {"mlp": [0, 3, 2, 1]},
              "num_layers": 4}
-    assert "MLP ρ = -1.00, 0 of the first 2 shared, their mean layer 1.5" in rp.drop_order_shift(base, tuned, k=2)
+    assert "MLP ρ = -1.00, 0 of the first 2 shared, their mean layer 1.5" in render.drop_order_shift(base, tuned, k=2)
 
 
-def test_render_without_results_lists_everything_pending(rp, tmp_path):
-    text = rp.render(tmp_path / "none", tmp_path / "R.md")
-    assert f"0 of {len(rp.ROWS)} rows done" in text and "Quality vs speed" not in text
-    assert all(f"`--rows {r}`" in text for r in rp.ROWS)
+def test_render_without_results_lists_everything_pending(tmp_path):
+    text = render.render(tmp_path / "none", tmp_path / "R.md")
+    assert f"0 of {len(rows.ROWS)} rows done" in text and "Quality vs speed" not in text
+    assert all(f"`--rows {r}`" in text for r in rows.ROWS)
 
 
-def test_skip_when_fingerprint_matches(rp, tiny_dirs, tmp_path, monkeypatch):
+def test_skip_when_fingerprint_matches(tiny_dirs, tmp_path, monkeypatch):
     results = tmp_path / "results"
     base = ["--rows", "untrained", "--model", str(tiny_dirs["llama"]), "--results", str(results)]
-    a = rp.parse(base + ["--out", str(tmp_path / "out")])
-    fp, config = rp.fingerprint(rp.ROWS["untrained"], rp.Ctx(a, symbolic=True))
+    a = reproduce.parse(base + ["--out", str(tmp_path / "out")])
+    fp, config = run.fingerprint(rows.ROWS["untrained"], inputs.Ctx(a, symbolic=True))
     # the fingerprint is about the configuration, not where out/ is; eval settings change it
-    assert rp.fingerprint(rp.ROWS["untrained"], rp.Ctx(rp.parse(base + ["--out", "/elsewhere"]), True))[0] == fp
-    assert rp.fingerprint(rp.ROWS["untrained"], rp.Ctx(rp.parse(base + ["--max-length", "64"]), True))[0] != fp
+    assert run.fingerprint(rows.ROWS["untrained"], inputs.Ctx(reproduce.parse(base + ["--out", "/elsewhere"]), True))[0] == fp
+    assert run.fingerprint(rows.ROWS["untrained"], inputs.Ctx(reproduce.parse(base + ["--max-length", "64"]), True))[0] != fp
     assert config["inputs"]["model"]                                  # a user's model enters by content
 
     calls = []
@@ -285,19 +277,19 @@ def test_skip_when_fingerprint_matches(rp, tiny_dirs, tmp_path, monkeypatch):
         calls.append(path)
         raise DsPruneError("stage 'x' failed")
 
-    monkeypatch.setattr(rp, "run_recipe", fake_run_recipe)
+    monkeypatch.setattr(run, "run_recipe", fake_run_recipe)
     results.mkdir()
     (results / "untrained.json").write_text(json.dumps({"row": "untrained", "config_fingerprint": fp, "tasks": {}}))
-    assert rp.run_row(rp.ROWS["untrained"], a, results) == "skipped" and not calls
+    assert run.run_row(rows.ROWS["untrained"], a, results) == "skipped" and not calls
     with pytest.raises(DsPruneError):
-        rp.run_row(rp.ROWS["untrained"], rp.parse(base + ["--out", str(tmp_path / "out"), "--force"]), results)
+        run.run_row(rows.ROWS["untrained"], reproduce.parse(base + ["--out", str(tmp_path / "out"), "--force"]), results)
     (results / "untrained.json").write_text(json.dumps({"row": "untrained", "config_fingerprint": "old", "tasks": {}}))
     with pytest.raises(DsPruneError):
-        rp.run_row(rp.ROWS["untrained"], a, results)
+        run.run_row(rows.ROWS["untrained"], a, results)
     assert len(calls) == 2 and Path(calls[-1]) == tmp_path / "out" / "rows" / "untrained.yaml"
 
 
-def test_smoke_dense_row_on_tiny_model(rp, tiny_dirs, tmp_path, monkeypatch):
+def test_smoke_dense_row_on_tiny_model(tiny_dirs, tmp_path, monkeypatch):
     """One real row: link the dense model, run its recipe (dsprune eval), write the JSON, render; rerun skips."""
     for k in ("OMP_NUM_THREADS", "DS_ACCELERATOR", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "PYTHONPATH",
               "TORCH_EXTENSIONS_DIR"):
@@ -307,7 +299,7 @@ def test_smoke_dense_row_on_tiny_model(rp, tiny_dirs, tmp_path, monkeypatch):
     argv = ["--rows", "dense", "--dense", tiny, "--model", tiny, "--tasks", f"tiny={beir}",
             "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results"),
             "--results-md", str(tmp_path / "RESULTS.md")]
-    assert rp.main(argv) == 0
+    assert reproduce.main(argv) == 0
     doc = json.loads((tmp_path / "results" / "dense.json").read_text())
     assert doc["row"] == "dense" and doc["table"] == "baselines"
     assert set(doc["tasks"]["tiny"]["per_query"]["ndcg_at_10"]) == {"q1", "q2", "q3", "q4"}
@@ -315,8 +307,8 @@ def test_smoke_dense_row_on_tiny_model(rp, tiny_dirs, tmp_path, monkeypatch):
     assert doc["stages"][0]["command"].startswith("dsprune eval --model ") and doc["inputs"]["dense"]["fingerprint"]
     assert doc["command"].startswith(".venv/bin/python benchmarks/reproduce.py --rows dense --model ")
     assert "| dense *(ref)* | " in (tmp_path / "RESULTS.md").read_text()
-    monkeypatch.setattr(rp, "run_recipe", lambda *a, **k: pytest.fail("a current row ran again"))
-    assert rp.main(argv) == 0
+    monkeypatch.setattr(run, "run_recipe", lambda *a, **k: pytest.fail("a current row ran again"))
+    assert reproduce.main(argv) == 0
 
 
 def test_recipes_load_and_packaged_names_resolve():

@@ -113,25 +113,30 @@ def _main(r: dict | None) -> dict | None:
     return {"score": r["main_score"], "metric": r.get("main_metric")}
 
 
+def interval(d: dict) -> str:
+    """A paired difference and its interval as every report prints one, ``+0.0123 [-0.0040, +0.0290]``: one
+    place, so the tables and claim checks of a report never disagree in digits or signs."""
+    return f"{d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+
+
+def scored(score: float | None, delta: dict | None = None) -> str:
+    """A score with, when there is one, its difference to the reference in brackets; "–" when missing."""
+    if score is None:
+        return "–"
+    return f"{score:.4f} ({interval(delta)})" if delta else f"{score:.4f}"
+
+
+def cell(c: dict | None) -> str:
+    """One task cell of a comparison row (``{"score", "delta"?}`` or None)."""
+    return "–" if c is None else scored(c["score"], c.get("delta"))
+
+
 def markdown(table: dict) -> str:
     tasks = table["tasks"]
-
-    def cell(c):
-        if c is None:
-            return "–"
-        s = f"{c['score']:.4f}"
-        if "delta" in c:
-            d = c["delta"]
-            s += f" ({d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}])"
-        return s
-
     head = ["model", *tasks, "mean", "doc speed-up", "query speed-up", "FLOP ratio", "params"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table["rows"]:
-        mean = "–" if r["mean"] is None else f"{r['mean']:.4f}"
-        if r.get("mean_delta"):
-            d = r["mean_delta"]
-            mean += f" ({d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}])"
+        mean = scored(r["mean"], r.get("mean_delta"))
         sp = r["speed"]
         fmt = (lambda k: f"{sp[k]:.2f}×" if k in sp else "–")
         params = f"{r['params'] / 1e6:.1f}M" if r.get("params") else "–"

@@ -1,0 +1,357 @@
+"""RESULTS.md from the rows' results JSON files: one table per paper table (nDCG@10 with the paired bootstrap
+interval of the difference to the table's reference row, pending rows marked), the papers' claims checked
+pair by pair, the drop-order heat maps, the quality-vs-speed and GAPrune-methods figures, other model families
+(``benchmarks/family.py``) and each row's provenance. Rendering reads only committed files, so it can run
+anywhere, and writes RESULTS.md and the figures through temporary names."""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from pathlib import Path
+
+from dsprune import formats
+from dsprune.errors import DsPruneError
+from dsprune.eval.bootstrap import paired_bootstrap
+from dsprune.report import compare, front, methods
+from dsprune.report.compare import interval
+
+from .._common import REPO
+from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
+                   HEADLINE_TASK, MODEL_NOTE, ROWS, SCALED, TABLES, Table)
+
+RESULTS = REPO / "benchmarks" / "results"       # one JSON per finished row, and the figures RESULTS.md shows
+RESULTS_MD = REPO / "benchmarks" / "RESULTS.md"
+SCORED = {"base-score": "SmolLM2 as shipped: these scores pick Table 2's drops",
+          "dense-score": "the dense retriever: these scores pick Table 1's drops"}
+
+
+def load_results(results: Path) -> dict[str, dict]:
+    docs = {}
+    for p in sorted(results.glob("*.json")):
+        doc = formats.read_json(p, "results file")
+        if not isinstance(doc, dict) or doc.get("row") not in ROWS or "tasks" not in doc:
+            print(f"note: {p} is not a row of this grid, ignored", file=sys.stderr)
+            continue
+        docs[doc["row"]] = doc
+    return docs
+
+
+def _entry(row: str, doc: dict, tasks: list[str], results: Path, speed: dict | None = None):
+    t = {k: v for k, v in doc["tasks"].items() if k in tasks and v.get("per_query", {}).get("ndcg_at_10")}
+    return compare.Entry(row, results / f"{row}.json",
+                         {"tasks": t, "params": doc.get("params"), "model": doc.get("model"),
+                          "fingerprint": doc.get("model_fingerprint") or row}, dict(speed or {}))
+
+
+def compare_rows(ref: str, rows: list[str], docs: dict, tasks: list[str], results: Path,
+                 speeds: dict | None = None) -> dict:
+    """Scores per row and task, with the paired bootstrap CI of the difference to ``ref`` when it exists."""
+    speeds = speeds or {}
+    present = [r for r in rows if r in docs]
+    if ref not in docs or not any(docs[ref]["tasks"].get(t, {}).get("per_query", {}).get("ndcg_at_10")
+                                  for t in tasks):
+        rows = {}
+        for r in present:
+            cells = {t: {"score": docs[r]["tasks"][t]["ndcg_at_10"]} if t in docs[r]["tasks"] else None for t in tasks}
+            done = all(cells.values())
+            rows[r] = {"tasks": cells, "mean": sum(c["score"] for c in cells.values()) / len(tasks) if done else None}
+        return {"rows": rows, "tasks": tasks}
+    order = [ref] + [r for r in present if r != ref]
+    entries = [_entry(r, docs[r], tasks, results, speeds.get(r)) for r in order]
+    table = compare.compare(entries, 0, samples=2000, seed=0)
+    return {"rows": {r["label"]: r for r in table["rows"]}, "tasks": table["tasks"], "table": table}
+
+
+def fmt_params(doc: dict) -> str:
+    if not doc.get("params"):
+        return "–"
+    s = f"{doc['params'] / 1e6:.1f}M"
+    mask = doc.get("mask") or {}
+    if mask.get("kind") == "unstructured":
+        s += f" ({mask.get('sparsity', 0):.0%} of MLP weights zero)"
+    return s
+
+
+def fmt_minutes(doc: dict) -> str:
+    """Minutes of the row's stages; ``+`` when a training stage resumed from a checkpoint, whose earlier run's
+    time is not known."""
+    resumed = any((t or {}).get("resumed_from") for t in (doc.get("training") or {}).values())
+    return f"{doc.get('compute_seconds', 0) / 60:.0f}" + ("+" if resumed else "")
+
+
+def training_steps(doc: dict) -> str:
+    steps = [str(v.get("steps")) for v in (doc.get("training") or {}).values() if v.get("steps") is not None]
+    return " + ".join(steps) if steps else "–"
+
+
+def under_trained(docs: dict) -> dict[str, dict]:
+    """Trained rows that score clearly *below the untrained model* on the bar task (scifact_small): their
+    training failed, and a finding counts only from properly trained models. Row -> paired interval."""
+    task = DEFAULT_TASKS[0]
+    base = ((docs.get("untrained") or {}).get("tasks", {}).get(task) or {}).get("per_query", {}).get("ndcg_at_10")
+    out = {}
+    for r, d in docs.items():
+        pq = (d["tasks"].get(task) or {}).get("per_query", {}).get("ndcg_at_10")
+        if base and pq and d.get("training") and r != "dense" and ROWS[r].trained_last:
+            ci = paired_bootstrap(pq, base, 2000, 0)
+            if ci["high"] < 0:
+                out[r] = ci
+    return out
+
+
+def main_tasks(docs: dict) -> list[str]:
+    seen = {t for d in docs.values() for t in d["tasks"] if t != HEADLINE_TASK}
+    return [t for t in DEFAULT_TASKS if t in seen] + sorted(seen - set(DEFAULT_TASKS)) or list(DEFAULT_TASKS)
+
+
+def render_table(table: Table, docs: dict, tasks: list[str], results: Path, md: Path) -> list[str]:
+    labels = table.labels or {}
+    cmp = compare_rows(table.reference, table.rows, docs, tasks, results)
+    speed_cols = any(ROWS[r].bench or (docs.get(r) or {}).get("speed") for r in table.rows)
+    means = len(tasks) > 1                    # one task: its mean would repeat its cell
+    head = ["row", *[f"{t} nDCG@10" for t in tasks], *(["mean"] if means else []), "params"]
+    head += ["doc speed-up", "query speed-up"] if speed_cols else []
+    head += ["train steps", "min", "run"]
+    lines = [f"### {table.title}", "", table.note, "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    failed = under_trained(docs)
+    for r in table.rows:
+        name = labels.get(r, ROWS[r].label) + (" *(ref)*" if r == table.reference else "")
+        name += " †" if r in failed else ""
+        run = f"`--rows {r}`"
+        if r not in docs:
+            cells = [name, *["pending"] * len(tasks), *(["pending"] if means else []), "–"]
+            cells += ["–", "–"] if speed_cols else []
+            lines.append("| " + " | ".join(cells + ["–", "–", run]) + " |")
+            continue
+        doc, c = docs[r], cmp["rows"].get(r, {})
+        mean = compare.scored(c.get("mean"), c.get("mean_delta"))
+        cells = [name, *[compare.cell((c.get("tasks") or {}).get(t)) for t in tasks], *([mean] if means else []),
+                 fmt_params(doc)]
+        if speed_cols:
+            sp = doc.get("speed") or {}
+            one = "1.00× (baseline)" if r == "dense" and not sp else "–"
+            cells += [f"{sp['document']:.2f}×" if sp else one, f"{sp['query']:.2f}×" if sp else one]
+        cells += [training_steps(doc), fmt_minutes(doc), run]
+        lines.append("| " + " | ".join(cells) + " |")
+    if table.reference not in docs:
+        lines += ["", f"No intervals yet: the reference row `{table.reference}` is pending."]
+    plots = {r: results / f"{r}-widths.png" for r in table.rows}
+    widths = [f"[{labels.get(r, ROWS[r].label)}]({os.path.relpath(p, md.parent)})" for r, p in plots.items() if p.is_file()]
+    if widths:
+        lines += ["", "Per-layer MLP widths after slimming (EffiR Figure 2b, from each row's `dsprune mask` stage): "
+                  + ", ".join(widths) + "."]
+    return lines + [""]
+
+
+def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
+    def pq(row: str, t: str) -> dict:
+        return docs[row]["tasks"].get(t, {}).get("per_query", {}).get("ndcg_at_10") or {}
+
+    lines = ["## Checks", ""]
+    if "dense" in docs and "untrained" in docs:
+        for t in tasks:
+            if pq("dense", t) and pq("untrained", t):
+                d = paired_bootstrap(pq("dense", t), pq("untrained", t), 2000, 0)
+                verdict = "clearly better (interval above 0)" if d["low"] > 0 else "NOT clearly better"
+                lines.append(f"- dense − untrained on {t}: {interval(d)}: "
+                             f"{verdict}.")
+    else:
+        lines.append("- dense vs untrained: pending.")
+    def pair_checks(pairs, sizes: bool):
+        """row − rival per task; a pair's optional third item names the question it answers."""
+        for a, b, *question in pairs:
+            if a not in docs or b not in docs:
+                continue
+            lead = f"{question[0]}: " if question else ""
+            names = [ROWS[r].label + (f" ({fmt_params(docs[r])})" if sizes else "") for r in (a, b)]
+            for t in tasks:
+                if pq(a, t) and pq(b, t):
+                    d = paired_bootstrap(pq(a, t), pq(b, t), 2000, 0)
+                    lines.append(f"- {lead}{names[0]} − {names[1]} on {t}: {interval(d)} (p = {d['p']:.3f}).")
+
+    pair_checks(EFFIR_PAIRS, sizes=False)   # EffiR's claim: slimming beats deeper dropping at equal size
+    pair_checks(DROP_PAIRS, sizes=True)     # EffiR's claims on what to drop
+    for what, _, row_of, _ in GAP_CLAIM_SETS:   # GAPrune's claim: DAI keeps domain quality best
+        dai = row_of("dai")
+        if dai not in docs or not pq(dai, DOMAIN_TASK):
+            continue
+        rivals = {m: pq(row_of(m), DOMAIN_TASK) for m in GAP_METHODS if m != "dai" and row_of(m) in docs}
+        diffs = {m: paired_bootstrap(pq(dai, DOMAIN_TASK), scores, 2000, 0) for m, scores in rivals.items() if scores}
+        if diffs:
+            lines.append(f"- DAI − other masks, {what}, on {DOMAIN_TASK} (the domain): " + "; ".join(
+                f"{GAP_LABELS[m].lower()} {interval(d)}"
+                for m, d in diffs.items()) + ".")
+    failed = under_trained(docs)
+    if failed:
+        lines.append(f"- **† not properly trained**: {', '.join(failed)} score below the *untrained* model on "
+                     f"{DEFAULT_TASKS[0]} (row − untrained: " + "; ".join(
+                         f"{r} {interval(c)}" for r, c in failed.items())
+                     + "). Their training failed, so they test no claim of the papers; "
+                     "`benchmarks/train_collapse.py` shows how (loss against ln N, passage cosine).")
+    budgets = {r: training_steps(docs[r]) for r in docs if r.startswith(("t2-", "effir"))}
+    if budgets:
+        lines.append("- training steps (Table 2 / EffiR rows; EffiR's are slimming + training): "
+                     + ", ".join(f"{r} {s}" for r, s in budgets.items()) + ".")
+    dense_fp = (docs.get("dense") or {}).get("model_fingerprint")
+    stale = [r for r, d in docs.items() if dense_fp and (d.get("inputs") or {}).get("dense", {}).get("fingerprint")
+             not in (None, dense_fp)]
+    if stale:
+        lines.append(f"- **warning**: {', '.join(stale)} used a different dense model than the dense row "
+                     "(rerun them with --force).")
+    return lines + [""]
+
+
+def render(results: Path, md: Path) -> str:
+    docs = load_results(results) if results.is_dir() else {}
+    tasks = main_tasks(docs)
+    png = results / "quality_vs_speed.png"
+    out = ["# Reproducing EffiR and GAPrune at small scale", "",
+           f"Rendered by `benchmarks/reproduce.py` from `{os.path.relpath(results, md.parent)}/*.json`: "
+           f"{len(docs)} of {len(ROWS)} rows done. Every number below comes from a row's results JSON, made by "
+           "the command shown (code version per row under *Provenance*); rows not yet run say *pending*.", "",
+           "**Run.** `.venv/bin/python benchmarks/reproduce.py` runs every pending row (about 12 h on 2 CPU cores "
+           "from scratch; `--list` shows rows, stages and rough minutes); `--rows ROW|TABLE ...` picks some. A row "
+           "resumes stage by stage; a finished row is skipped while its configuration is unchanged.", "",
+           f"**Model.** {MODEL_NOTE}", "",
+           "**Reading the tables.** nDCG@10 per task; in brackets the difference to the table's reference row "
+           "*(ref)* with its 95 % paired bootstrap interval over queries (2,000 resamples, "
+           "`dsprune.eval.bootstrap`); *mean* is over the tasks, its interval resamples queries per task. "
+           "Speed-ups are measured by `dsprune bench` in one run (±0.1 between runs). *min*: wall minutes of the "
+           "row's stages on 2 CPU cores (a shared stage such as scoring counts in every row that uses it; *+*: a "
+           "training stage resumed from a checkpoint and only its last run is counted). "
+           "*run*: `.venv/bin/python benchmarks/reproduce.py --rows ROW`.", "",
+           "**Scaled settings** (2 CPU cores; the papers' settings in brackets):", ""]
+    out += [f"- {k}: {v}" for k, v in SCALED.items()] + [""]
+    for table in TABLES:
+        out += render_table(table, docs, tasks, results, md)
+    heads = [r for r in docs if HEADLINE_TASK in docs[r]["tasks"]]
+    if heads:
+        rows = ["dense"] + [r for r in ROWS if r in heads and r != "dense"]
+        out += render_table(Table("headline", "Headline rows on full SciFact (5,183 documents, 300 queries)",
+                                  "dense", rows, "Only with `--headline-scifact`."), docs, [HEADLINE_TASK], results, md)
+    out += render_checks(docs, tasks, results)
+    out += render_drop_order(results, md)
+    if plot_front(docs, tasks, results, png):
+        out += ["## Quality vs speed", "", f"![quality vs speed]({os.path.relpath(png, md.parent)})", "",
+                "Mean nDCG@10 against the measured document-encoding speed-up; bars: the paired interval of "
+                "the difference to the dense retriever.", ""]
+    gap_png = results / "gaprune_methods.png"
+    if plot_gaprune(docs, tasks, results, gap_png):
+        out += ["## GAPrune methods side by side", "", f"![GAPrune methods]({os.path.relpath(gap_png, md.parent)})",
+                "", "nDCG@10 of each mask per setting; dashed: the setting's unpruned reference (dense, or the "
+                "control retrained on FinanceBench train); bars: the paired interval of the difference to it.", ""]
+    out += render_families(results, md)
+    out += ["## Provenance", ""]
+    for r in ROWS:
+        if r in docs:
+            d = docs[r]
+            out.append(f"- **{r}** ({d.get('code_version')}, {fmt_minutes(d)} min of "
+                       f"stages, {d.get('wall_seconds', 0) / 60:.0f} min in its last run): `{d.get('command')}`")
+            out += [f"  - `{s['command']}`" for s in d.get("stages", [])]
+    text = "\n".join(out).rstrip() + "\n"
+    formats.write_text(md, text)
+    return text
+
+
+def render_drop_order(results: Path, md: Path) -> list[str]:
+    """The score stages' heat maps, each with the median importance per kind of sub-layer read from its scores."""
+    maps = sorted((results / "drop_order").glob("*.png"))
+    if not maps:
+        return []
+    out = ["## Drop order (EffiR Figure 2a)", "",
+           "Importance 1 − cos(x_in, x_out) of every sub-layer on the calibration text (`dsprune score`); a number "
+           "is the place in the drop order (1 = dropped first), colours are on a log scale.", ""]
+    names = formats.SCORE_GROUPS
+    docs = {png.stem: formats.read_scores(png.with_suffix(".json")) for png in maps}
+    for png in maps:
+        doc = docs[png.stem]
+        medians = ", ".join(f"{names.get(k, k)} {statistics.median(v.values()):.4f}"
+                            for k, v in doc["scores"].items() if v)
+        first = "; ".join(f"{names.get(k, k)} {', '.join(map(str, v[:5]))}" for k, v in doc["order"].items() if v)
+        out += [f"**`{png.stem}`**: {SCORED.get(png.stem, Path(doc.get('model', png.stem)).name)}. Median importance: "
+                f"{medians}. First five to drop: {first}.", "",
+                f"![drop order of {png.stem}]({os.path.relpath(png, md.parent)})", ""]
+    if {"base-score", "dense-score"} <= set(docs):
+        out += [drop_order_shift(docs["base-score"], docs["dense-score"]), ""]
+    return out
+
+
+def drop_order_shift(base: dict, tuned: dict, k: int = 8) -> str:
+    """EffiR Figure 2a's two observations, measured: retrieval training keeps the drop order (rank correlation of
+    the scores, overlap of the first k), and later layers are the more prunable (mean index of the first k)."""
+    from scipy.stats import spearmanr
+
+    parts = []
+    for kind, scores in tuned["scores"].items():
+        layers = sorted(set(scores) & set(base["scores"].get(kind, {})), key=int)
+        if len(layers) < 3:
+            continue
+        rho = spearmanr([base["scores"][kind][i] for i in layers], [scores[i] for i in layers]).statistic
+        first = tuned["order"][kind][:k]
+        shared = len(set(first) & set(base["order"][kind][:k]))
+        parts.append(f"{formats.SCORE_GROUPS.get(kind, kind)} ρ = {rho:.2f}, {shared} of the first {k} shared, their mean layer "
+                     f"{sum(first) / len(first):.1f}")
+    n = tuned.get("num_layers") or len(next(iter(tuned["scores"].values())))
+    return ("**After retrieval training** (`base-score` → `dense-score`; EffiR: the pattern stays, later layers "
+            "are the more prunable): " + "; ".join(parts) + f" (the middle layer is {(n - 1) / 2:.1f}).")
+
+
+def render_families(results: Path, md: Path) -> list[str]:
+    """Another model family through recipes/effir-smollm2.yaml (benchmarks/family.py): the recipe's own report."""
+    out = []
+    for p in sorted((results / "families").glob("*.json")):
+        d = formats.read_json(p, "model family results")
+        if not isinstance(d, dict) or not {"title", "command", "report", "stages"} <= set(d):
+            print(f"note: {p} is not a benchmarks/family.py result, ignored", file=sys.stderr)
+            continue
+        minutes = sum(s.get("seconds") or 0 for s in d["stages"]) / 60
+        out += [f"## A second model family: {d['title']}", "",
+                f"`{d['recipe']}`'s stages with only the model changed: `.venv/bin/python benchmarks/family.py "
+                f"{d['family']}` runs `{d['command']}` ({d.get('code_version')}, {minutes:.0f} min of stages on 2 "
+                "CPU cores) and keeps the recipe's `report` stage. The reference is the unpruned model given the "
+                "same training budget (`train-full`); *as shipped* is the model before any retrieval training.", "",
+                compare.markdown(d["report"]), ""]
+        png = results / "families" / d.get("plot", "")
+        if d.get("plot") and png.is_file():
+            out += [f"![{d['title']}: quality vs speed]({os.path.relpath(png, md.parent)})", ""]
+        out += ["Stage minutes: " + ", ".join(f"{s['name']} {(s.get('seconds') or 0) / 60:.0f}"
+                                              for s in d["stages"]) + ".", ""]
+    return out
+
+
+def plot_front(docs: dict, tasks: list[str], results: Path, png: Path) -> bool:
+    """The quality-vs-speed figure (dsprune.report.front) over every benched row, the dense row at 1×."""
+    benched = [r for r in ROWS if (docs.get(r) or {}).get("speed")]
+    if not benched or "dense" not in docs:
+        return False
+    speeds = {r: docs[r]["speed"] for r in benched}
+    speeds["dense"] = {"document": 1.0, "query": 1.0}
+    cmp = compare_rows("dense", ["dense", *benched], docs, tasks, results, speeds)
+    if "table" not in cmp:
+        return False
+    try:
+        front.plot(cmp["table"], png)
+    except DsPruneError:
+        return False
+    return True
+
+
+def plot_gaprune(docs: dict, tasks: list[str], results: Path, png: Path) -> bool:
+    """GAPrune's settings as grouped bars (dsprune.report.methods), a bar per finished mask."""
+    groups = []
+    for _, title, row_of, ref in GAP_CLAIM_SETS:
+        rows = {GAP_LABELS[m]: row_of(m) for m in GAP_LABELS if row_of(m) in docs}   # docs hold grid rows only
+        if not rows or ref not in docs:
+            continue
+        cmp = compare_rows(ref, [ref, *rows.values()], docs, tasks, results)
+        groups.append({"title": title, "reference": ROWS[ref].label,
+                       "ref_scores": {t: (cmp["rows"][ref]["tasks"].get(t) or {}).get("score") for t in tasks},
+                       "bars": {label: cmp["rows"][r]["tasks"] for label, r in rows.items()}})
+    try:
+        methods.plot_groups(groups, tasks, png, "GAPrune: masks of the MLP weights")
+    except DsPruneError:
+        return False
+    return True
+
