@@ -67,14 +67,14 @@ def default_calibration(n: int = 256, seed: int = 0) -> list[str]:
 class BeirSplit:
     """One split of a BEIR folder: ``corpus`` and ``queries`` map id -> text, ``qrels`` qid -> {docid: grade}."""
 
-    name: str
     corpus: dict[str, str]
     corpus_rows: dict[str, dict]
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
 
 
-def load_beir(folder: str | Path, split: str = "test", queries_only_judged: bool = True) -> BeirSplit:
+def load_beir(folder: str | Path, split: str = "test") -> BeirSplit:
+    """One split of a BEIR folder, validated; ``queries`` keeps the queries the split judges."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DsPruneError(f"BEIR folder not found: {folder}")
@@ -87,11 +87,10 @@ def load_beir(folder: str | Path, split: str = "test", queries_only_judged: bool
     for n, row in enumerate(read_jsonl(qpath, ("_id", "text")), 1):
         queries[str(row["_id"])] = row["text"]
     qrels = read_qrels(folder / "qrels" / f"{split}.tsv", corpus_rows, queries)
-    if queries_only_judged:
-        queries = {q: queries[q] for q in qrels}
+    queries = {q: queries[q] for q in qrels}
     if not corpus_rows:
         raise DsPruneError(f"{cpath}: empty corpus")
-    return BeirSplit(folder.name, {k: doc_text(v) for k, v in corpus_rows.items()}, corpus_rows, queries, qrels)
+    return BeirSplit({k: doc_text(v) for k, v in corpus_rows.items()}, corpus_rows, queries, qrels)
 
 
 def read_qrels(path: Path, corpus: dict, queries: dict) -> dict[str, dict[str, int]]:

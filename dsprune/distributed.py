@@ -1,10 +1,11 @@
 """The process group's two ends. Its start needs a rendezvous port no concurrent run holds (sweep trials
-launch side by side); its end must be torn down: leaving a gloo/shm group can abort a rank at exit
-("terminate called without an active exception", exit 250) after all its work is done and written, and
-DeepSpeed's shared-memory allreduce (ranks on one host) never unlinks its per-rank buffer, so every launch
-would leave ~70 MB per rank in /dev/shm, which is RAM: 7 GB after a hundred launches. Destroying the
-group is not always enough: a thread torch left in C++ can still wake during interpreter finalization and
-abort the rank, rarely but in CI too, so a launcher's rank leaves through ``exit_rank`` instead."""
+launch side by side), and a plain ``python`` launch needs the rendezvous variables a launcher would set.
+Its end must be torn down: leaving a gloo/shm group can abort a rank at exit ("terminate called without an
+active exception") after all its work is done and written, and DeepSpeed's shared-memory allreduce (ranks on
+one host) never unlinks its per-rank buffer in /dev/shm, which is RAM and outlives the process, so every launch
+would leave memory behind. Destroying the group is not always enough: a thread torch left in C++ can
+still wake during interpreter finalization and abort the rank, so a launcher's rank leaves through
+``exit_rank`` instead."""
 from __future__ import annotations
 
 import faulthandler
@@ -12,8 +13,9 @@ import logging
 import os
 import socket
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import Iterator, NoReturn
 
 SHM = Path("/dev/shm")
 
@@ -23,6 +25,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def one_rank_env() -> Iterator[None]:
+    """The rendezvous variables of a one-rank group, for a launcher started as plain ``python`` (DeepSpeed's
+    launcher and torchrun set them): set only where ``RANK`` is missing, and removed again on leaving.
+    ``close_process_group`` belongs inside: it names the shm buffer from ``MASTER_ADDR`` and ``MASTER_PORT``."""
+    if "RANK" in os.environ:
+        yield
+        return
+    added = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+             "MASTER_PORT": str(free_port())}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
 
 
 def close_process_group() -> None:

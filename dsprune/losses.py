@@ -25,7 +25,7 @@ def group_scores(q: torch.Tensor, p: torch.Tensor, temperature: float) -> torch.
 
 
 def info_nce(q: torch.Tensor, p: torch.Tensor, group_size: int, temperature: float = 0.02,
-             cross_rank: bool = True, reduction: str = "mean") -> torch.Tensor:
+             cross_rank: bool = True) -> torch.Tensor:
     """InfoNCE over in-batch and hard negatives.
 
     ``q``: [B, d] queries; ``p``: [B * group_size, d] passages, each query's group contiguous with its
@@ -38,7 +38,7 @@ def info_nce(q: torch.Tensor, p: torch.Tensor, group_size: int, temperature: flo
         q_all, p_all = q, p
     logits = group_scores(q_all, p_all, temperature)
     target = torch.arange(q_all.shape[0], device=q.device) * group_size
-    return F.cross_entropy(logits, target, reduction=reduction)
+    return F.cross_entropy(logits, target)
 
 
 def kl_distill(q: torch.Tensor, p: torch.Tensor, teacher_scores: torch.Tensor, group_size: int,

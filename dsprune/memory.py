@@ -3,10 +3,11 @@ OOM-killed on a shared machine (a framework's own tensor counters miss allocator
 
 The largest such slack on CPU is glibc's: each time a large block (an activation, a gradient) is freed, glibc
 raises its mmap threshold to that block's size (up to 32 MiB), so the blocks after it come from the heap and
-stay resident when freed. Training SmolLM2 (the dense run's options, ZeRO-2, 2 ranks) peaked at 7.3 GB per
-rank that way against 1.9 GB with the threshold held at 1 MiB, for ~15 % fewer sequences/s (more page faults;
-benchmarks/train_throughput.py). On a shared machine an OOM-killed rank costs more, so training holds it;
-``DSPRUNE_MMAP_THRESHOLD`` (bytes) changes the threshold, 0 keeps glibc's behaviour and its speed.
+stay resident when freed. Holding the threshold low returns them to the system, at the price of more page
+faults (the README and ``benchmarks/train_throughput.py`` give the figures). On a shared machine an
+OOM-killed rank costs more, so the training and DAI entry points hold it; ``DSPRUNE_MMAP_THRESHOLD`` (bytes)
+changes the threshold, 0 keeps glibc's behaviour and its speed. ``mallopt`` has no undo, so only an entry
+point (a launcher or a command's ``run``) calls ``hold_mmap_threshold``, never a library function.
 """
 from __future__ import annotations
 

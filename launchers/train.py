@@ -1,7 +1,8 @@
 """Contrastive training entry point: ``deepspeed --num_gpus N launchers/train.py --config FILE.yaml [--opt v]``.
 
 Also runs under ``torchrun --nproc_per_node N``, across nodes with a DeepSpeed hostfile, or as a plain
-``python launchers/train.py`` (one rank). Thin on purpose: parse the arguments, run ``dsprune.train.loop``.
+``python launchers/train.py`` (one rank). Thin on purpose: parse the arguments, set up the process (the
+allocator, the rendezvous variables of a plain ``python`` start), run ``dsprune.train.loop``.
 """
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, wh
 
 def main(argv: list[str] | None = None) -> int:
     from dsprune.config import parse_args
-    from dsprune.distributed import close_process_group, report_aborts
+    from dsprune.distributed import close_process_group, one_rank_env, report_aborts
     from dsprune.errors import DsPruneError
+    from dsprune.memory import hold_mmap_threshold
     from dsprune.train.loop import train
-    from dsprune.train.slim import StageArgs, stage_hooks  # --mode train|slim, --mask (issue 5)
+    from dsprune.train.slim import StageArgs, stage_hooks  # --mode train|slim, --mask
 
     report_aborts()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -24,8 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = [a for a in argv if not a.startswith("--local_rank")]
     try:
         args = parse_args(StageArgs, argv, prog="launchers/train.py")
-        train(args, stage_hooks(args))
-        close_process_group()
+        hooks = stage_hooks(args)
+        threshold = hold_mmap_threshold()  # else freed activations stay resident (dsprune.memory)
+        with one_rank_env():
+            train(args, hooks, malloc_mmap_threshold=threshold)
+            close_process_group()
     except DsPruneError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

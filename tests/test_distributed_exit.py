@@ -1,10 +1,17 @@
 """A launcher's rank leaves through ``exit_rank``: its code and everything it printed must survive the
-skipped interpreter finalization, and an abort must name the Python stack it happened in."""
+skipped interpreter finalization, and an abort must name the Python stack it happened in. A plain
+``python`` start gets its rendezvous variables from ``one_rank_env``, for its time only."""
 import os
 import subprocess
 import sys
 
+import pytest
+
+from dsprune.distributed import one_rank_env
+from dsprune.errors import DsPruneError
 from dsprune.settings import REPO_ROOT
+
+RENDEZVOUS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
@@ -36,3 +43,24 @@ def test_report_aborts_prints_the_python_stack_of_an_abort():
     assert r.returncode != 0
     assert "Fatal Python error: Aborted" in r.stderr
     assert "finishing_the_run" in r.stderr
+
+
+def test_one_rank_env_sets_only_what_a_launcher_did_not_and_removes_it(monkeypatch):
+    for key in RENDEZVOUS:
+        monkeypatch.delenv(key, raising=False)
+    with one_rank_env():
+        assert (os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"]) == ("0", "1", "0")
+        assert int(os.environ["MASTER_PORT"]) > 0
+    assert not any(key in os.environ for key in RENDEZVOUS)
+    monkeypatch.setenv("RANK", "3")
+    with one_rank_env():
+        assert os.environ["RANK"] == "3" and "MASTER_PORT" not in os.environ
+
+
+def test_training_outside_a_launcher_names_the_missing_rank(monkeypatch):
+    from dsprune.train.arguments import TrainArgs
+    from dsprune.train.engine import start_process_group
+
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(DsPruneError, match="no RANK in the environment"):
+        start_process_group(TrainArgs(model="m"))

@@ -91,6 +91,23 @@ def test_second_checkpoint_never_gets_first_score(tiny_dirs, tmp_path):
     assert scores[0]["tasks"]["tiny"]["per_query"] != scores[1]["tasks"]["tiny"]["per_query"]
 
 
+def test_run_leaves_task_and_mteb_logger_as_it_found_them(tiny_dirs, tmp_path):
+    """Per-query capture and the quieter mteb logger last only while a task runs: a second run of the same
+    task objects scores the same, and nothing of either is left behind."""
+    import logging
+
+    from dsprune.eval.evaluate import load_tasks, run
+    from dsprune.eval.mteb_model import MtebEncoder
+
+    specs = tasks.resolve(f"tiny={write_beir(tmp_path / 'beir')}")
+    loaded = load_tasks(specs)
+    model = MtebEncoder(Encoder.load(tiny_dirs["llama"]), "tiny", "r0", show_progress=False)
+    level = logging.getLogger("mteb").level
+    first = run(model, specs, loaded)["tiny"]["per_query"]
+    assert "task_specific_scores" not in vars(loaded[0]) and logging.getLogger("mteb").level == level
+    assert run(model, specs, loaded)["tiny"]["per_query"] == first
+
+
 @pytest.mark.parametrize("case,expect", [
     ("malformed", r"corpus\.jsonl: line 9: malformed JSON"),
     ("unknown_doc", r"test\.tsv: line 3: unknown corpus id 'd99'"),

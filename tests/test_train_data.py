@@ -9,7 +9,8 @@ from dsprune.errors import DsPruneError
 from dsprune.settings import data_dir
 from dsprune.train.arguments import TrainArgs
 from dsprune.train.data import Collator, Schedule, load_groups, sample_example
-from dsprune.train.loop import check_before_start, deepspeed_config, train
+from dsprune.train.engine import deepspeed_config
+from dsprune.train.loop import check_before_start, train
 from train_helpers import write_beir, write_groups
 
 

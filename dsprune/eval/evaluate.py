@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
+from contextlib import contextmanager
+from typing import Iterator
 
 from ..errors import DsPruneError
 from .tasks import TaskSpec, build_task
@@ -38,9 +40,15 @@ def load_tasks(specs: list[TaskSpec]) -> list:
     return tasks
 
 
-def _capture_per_query(task) -> dict:
-    """Keep mteb's per-query retrieval scores (it passes them to ``task_specific_scores``)."""
+@contextmanager
+def _per_query_scores(task) -> Iterator[dict]:
+    """Keep mteb's per-query retrieval scores while ``task`` runs (mteb passes them to the task's
+    ``task_specific_scores``, which this wraps for the time being and then gives back)."""
     store: dict = {}
+    if not hasattr(task, "task_specific_scores"):
+        yield store
+        return
+    own = "task_specific_scores" in vars(task)
     original = task.task_specific_scores
 
     def task_specific_scores(scores, qrels, results, hf_split, hf_subset):
@@ -50,24 +58,43 @@ def _capture_per_query(task) -> dict:
         return original(scores, qrels, results, hf_split=hf_split, hf_subset=hf_subset)
 
     task.task_specific_scores = task_specific_scores
-    return store
+    try:
+        yield store
+    finally:
+        if own:
+            task.task_specific_scores = original
+        else:
+            del task.task_specific_scores
+
+
+@contextmanager
+def _log_level(name: str, level: int) -> Iterator[None]:
+    """Logger ``name`` at ``level`` for the time being (mteb reports every task at INFO)."""
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 def run(model, specs: list[TaskSpec], tasks: list | None = None, batch_size: int = 32) -> dict:
     """Evaluate ``model`` (an ``MtebEncoder``) on each task; returns ``{task name: result}``."""
     import mteb
 
-    logging.getLogger("mteb").setLevel(logging.WARNING)
-    tasks = tasks if tasks is not None else load_tasks(specs)
+    if tasks is None:
+        with _log_level("mteb", logging.WARNING):
+            tasks = load_tasks(specs)
     out = {}
     for spec, task in zip(specs, tasks):
         # the encoder sees mteb's task name, which differs from dsprune's for some FinMTEB tasks
         mteb_name = task.metadata.name
         if hasattr(model, "instructions") and model.instructions.get(mteb_name) is None:
             model.instructions[mteb_name] = spec.instruction
-        store = _capture_per_query(task) if hasattr(task, "task_specific_scores") else {}
-        result = mteb.evaluate(model, task, cache=None, encode_kwargs={"batch_size": batch_size},
-                               show_progress_bar=False, overwrite_strategy="always")
+        with _log_level("mteb", logging.WARNING), _per_query_scores(task) as store:
+            result = mteb.evaluate(model, task, cache=None, encode_kwargs={"batch_size": batch_size},
+                                   show_progress_bar=False, overwrite_strategy="always")
         if result.exceptions:
             raise DsPruneError(f"task {spec.name} failed in mteb: {result.exceptions[0].exception}")
         tr = result.task_results[0]

@@ -14,7 +14,7 @@ Here one resolver turns what a user types into mteb tasks:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DsPruneError
@@ -110,7 +110,8 @@ CHEMTEB = {
     "ChemNQRetrieval": "Given a chemical question, retrieve the related context.",
 }
 
-# The shared data sets (PLATFORM.md) that are not BEIR-13 names, and the benchmark task each stands for.
+# The shared data sets (under ``settings.data_dir``) that are not BEIR-13 names, and the benchmark task each
+# stands for.
 SHARED = {"scifact_small": "SciFact", "financebench": "FinanceBenchRetrieval",
           "msmarco_trecdl_subset": "MSMARCO"}
 
@@ -127,7 +128,6 @@ class TaskSpec:
     mteb_name: str | None = None
     instruction: str | None = None
     split: str = "test"
-    extra: dict = field(default_factory=dict)
 
     @property
     def source(self) -> str:
@@ -230,8 +230,7 @@ def build_task(spec: TaskSpec):
     """The mteb task object for a spec; a local folder becomes a subclass of mteb's task for its type."""
     if spec.folder is None:
         import mteb
-        task = mteb.get_task(spec.mteb_name, eval_splits=[spec.split])
-        return task
+        return mteb.get_task(spec.mteb_name, eval_splits=[spec.split])
     from mteb.abstasks.task_metadata import TaskMetadata
 
     base = local_tasks.task_class(spec.type)

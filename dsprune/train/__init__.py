@@ -5,7 +5,9 @@
     deepspeed --hostfile hosts --num_nodes 2 --num_gpus 8 launchers/train.py --config train.yaml
 
 ``arguments`` (options), ``data`` (groups, deterministic schedule, collator through ``Encoder.tokenize``),
-``loop`` (engine loop with ``Hooks``), ``lora`` (attach / merge), ``mine`` (hard negatives), ``evaluate``
-(in-training nDCG@10). A run folder holds ``checkpoints/``, ``tensorboard/``, ``log.jsonl``,
-``train_args.json``, ``adapter/`` (LoRA), ``model/`` (a dsprune export) and ``manifest.json``.
+``loop`` (the run as named phases, with ``Hooks``), ``engine`` (DeepSpeed: process group, config, engine,
+checkpoints), ``runlog`` (log.jsonl and TensorBoard), ``slim`` (self-slimming and masked retraining as
+``Hooks``), ``lora`` (attach / merge), ``mine`` (hard negatives), ``evaluate`` (in-training nDCG@10).
+A run folder holds ``checkpoints/``, ``tensorboard/``, ``log.jsonl``, ``train_args.json``, ``adapter/``
+(LoRA), ``model/`` (a dsprune export) and ``manifest.json``.
 """

@@ -30,7 +30,6 @@ class EvalSet:
         self.qids = qids
         self.queries = [beir.queries[q] for q in qids]
         self.qrels = {q: beir.qrels[q] for q in qids}
-        self.name = beir.name
 
 
 def _sharded_encode(enc, texts: list[str], kind: str, batch_size: int) -> torch.Tensor:

@@ -29,6 +29,7 @@ from ..importance import slim as slim_rank
 from ..surgery import gates as gates_mod
 from .arguments import TrainArgs
 from .loop import Hooks
+from .runlog import TENSORBOARD
 
 MODES = ("train", "slim")
 SLIM_TRAIN = ("gates", "gates+lora", "full")
@@ -178,7 +179,7 @@ def _log_gates(engine, step: int, row: dict, args: StageArgs, state: dict, extra
     if step == 1 or step % args.slim_histogram_steps == 0:
         if "writer" not in state:
             from torch.utils.tensorboard import SummaryWriter
-            state["writer"] = SummaryWriter(str(out / "tensorboard"), filename_suffix=".gates")
+            state["writer"] = SummaryWriter(str(out / TENSORBOARD), filename_suffix=".gates")
         w = state["writer"]
         flat = torch.relu(torch.cat([v.flatten() for v in values.values()]))
         w.add_histogram("slim/gates_relu_z", flat, step)
