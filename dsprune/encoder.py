@@ -12,12 +12,12 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
 
-from . import formats
+from . import arch, formats
 from .errors import DsPruneError
 from .settings import cache_dir
 
@@ -78,18 +78,6 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
     raise DsPruneError(f"unknown pooling {how!r}")
 
 
-def _register_dsprune_classes() -> None:
-    """Let dsprune load its own exports without running remote code."""
-    from transformers import AutoConfig, AutoModel
-
-    from .surgery.modeling_dsprune import DsPruneConfig, DsPruneModel
-    try:
-        AutoConfig.register("dsprune", DsPruneConfig)
-        AutoModel.register(DsPruneConfig, DsPruneModel)
-    except ValueError:
-        pass  # already registered
-
-
 class Encoder(nn.Module):
     """A Hugging Face backbone plus the ``EncoderConfig`` that says how to embed with it."""
 
@@ -109,8 +97,12 @@ class Encoder(nn.Module):
 
     @property
     def family(self) -> str:
-        from .surgery.modeling_dsprune import family_of
-        return family_of(self.backbone.config)
+        return arch.family_of(self.backbone.config)
+
+    @property
+    def arch(self) -> arch.Family:
+        """Where this model's family keeps its parts (``dsprune.arch``)."""
+        return arch.get(self.family)
 
     @property
     def device(self) -> torch.device:
@@ -231,9 +223,8 @@ class Encoder(nn.Module):
         The encoder config comes from, in order: the argument, ``dsprune_encoder.json``, the
         sentence-transformers files, defaults.
         """
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
 
-        _register_dsprune_classes()
         from .packaged import PACKAGED, resolve
         if str(path) in PACKAGED and not Path(path).exists():
             path = resolve(str(path))
@@ -254,20 +245,28 @@ class Encoder(nn.Module):
             config = _encoder_config_from_folder(path)
         kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
         try:
-            model = AutoModel.from_pretrained(path, dtype=dtype, **kw)
+            model = _load_model(path, dtype=dtype, **kw)
         except (ValueError, ImportError) as e:
             if "attn" not in str(e).lower() or not kw:
                 raise
-            model = AutoModel.from_pretrained(path, dtype=dtype)
-        tok = AutoTokenizer.from_pretrained(path)
-        from .surgery.modeling_dsprune import family_of
-        try:
-            family_of(getattr(model, "backbone", model).config)
-        except ValueError as e:
-            raise DsPruneError(str(e)) from None
-        enc = cls(model.to(device), tok, config)
-        enc.source = str(path)
-        return enc
+            model = _load_model(path, dtype=dtype)
+        tok = AutoTokenizer.from_pretrained(path, config=model.config)  # a dsprune config is not in its registry
+        arch.family_of(getattr(model, "backbone", model).config)
+        return cls(model.to(device), tok, config)
+
+
+def _load_model(path: Path, **kw) -> nn.Module:
+    """A plain HF model, or a dsprune export built by dsprune's own ``DsPruneModel`` (no remote code, and
+    nothing written into transformers' Auto registry)."""
+    from transformers import AutoModel
+
+    if formats.read_json(path / "config.json").get("model_type") != "dsprune":
+        return AutoModel.from_pretrained(path, **kw)
+    from .surgery.modeling_dsprune import DsPruneConfig, DsPruneModel
+    config = DsPruneConfig.from_pretrained(path)
+    if not config.layout:  # exported before the layout was written into the config
+        config.layout = arch.get(arch.family_of(config)).layout
+    return DsPruneModel.from_pretrained(path, config=config, **kw)
 
 
 def _encoder_config_from_folder(path: Path) -> EncoderConfig:
@@ -316,7 +315,3 @@ def _gguf_to_folder(folder: Path, fname: str) -> Path:
             tok.save_pretrained(tmp)
     return out
 
-
-def iter_batches(items: Sequence, size: int) -> Iterable[Sequence]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]

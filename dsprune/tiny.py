@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from . import arch
 from .encoder import Encoder, EncoderConfig
 
 _TEXT = [
@@ -39,32 +40,17 @@ def tiny_tokenizer(vocab_size: int = 512):
                                    eos_token="</s>", unk_token=None)
 
 
-def tiny_config(family: str, vocab_size: int, layers: int = 4, hidden: int = 64, intermediate: int = 128):
-    from transformers import AutoConfig
-
-    common = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate,
-                  num_hidden_layers=layers, num_attention_heads=4, max_position_embeddings=512,
-                  pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    if family == "bert":
-        return AutoConfig.for_model("bert", **common, type_vocab_size=1)
-    extra = dict(num_key_value_heads=2, head_dim=hidden // 4)
-    if family == "gemma3_text":
-        extra.update(sliding_window=16, query_pre_attn_scalar=16)
-    return AutoConfig.for_model(family, **common, **extra)
-
-
 def tiny_encoder(family: str = "llama", seed: int = 0, layers: int = 4, pooling: str | None = None,
                  **cfg) -> Encoder:
-    """A random tiny model of ``family`` wrapped as an Encoder (fp32, sdpa attention, eager for BERT)."""
+    """A random tiny model of ``family`` wrapped as an Encoder (fp32; the family's tiny config and pooling)."""
     from transformers import AutoModel
 
     torch.manual_seed(seed)
     tok = tiny_tokenizer()
-    config = tiny_config(family, len(tok), layers=layers)
-    config._attn_implementation = "sdpa" if family != "bert" else "eager"
-    model = AutoModel.from_config(config).eval()
+    spec = arch.get(family)
+    model = AutoModel.from_config(spec.tiny_config(len(tok), layers=layers)).eval()
     if pooling is None:
-        pooling = "cls" if family == "bert" else "mean"
+        pooling = spec.pooling
     cfg.setdefault("max_length", 64)
     return Encoder(model, tok, EncoderConfig(pooling=pooling, **cfg))
 
@@ -75,4 +61,5 @@ def save_tiny(path: str | Path, family: str = "llama", **kw) -> Path:
     return Path(path)
 
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "bert")
+# The family test matrix: tests run every family test over these (one entry per module of dsprune.arch).
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "olmo2", "bert")

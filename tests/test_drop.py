@@ -1,10 +1,10 @@
 """Drop plans and surgery: exactly the chosen sub-layers go, impossible requests fail with the option named."""
 import pytest
 
+from dsprune import arch
 from dsprune.errors import DsPruneError
 from dsprune.importance.drop_plan import DropRequest, plan_iterative, plan_one_shot
 from dsprune.importance.layer_cosine import score_layers
-from dsprune.surgery import modeling_dsprune as md
 from dsprune.surgery.prune import count_params, drop_sublayers, structure
 from dsprune.tiny import FAMILIES, tiny_encoder
 
@@ -50,10 +50,10 @@ def test_surgery_removes_exactly_the_chosen_weights(family):
     after = set(enc.backbone.state_dict())
     gone = before - after
     assert gone and not (after - before)
-    spec = md.FAMILIES[family]
-    mlp_parts = spec["mlp"] if isinstance(spec["mlp"], tuple) else (spec["mlp"],)
-    allowed = tuple(f"{spec['layers']}.1.{name}." for name in (spec["attn"], *spec["attn_norms"])) + \
-        tuple(f"{spec['layers']}.2.{name}." for name in (*mlp_parts, *spec["mlp_norms"]))
+    spec = arch.get(family)
+    mlp_parts = spec.mlp if isinstance(spec.mlp, tuple) else (spec.mlp,)
+    allowed = tuple(f"{spec.layers}.1.{name}." for name in (spec.attn, *spec.attn_norms)) + \
+        tuple(f"{spec.layers}.2.{name}." for name in (*mlp_parts, *spec.mlp_norms))
     assert all(k.startswith(allowed) for k in gone)
     assert not any(k.startswith(allowed) for k in after)
     assert count_params(enc.model) < p0

@@ -54,7 +54,7 @@ print("RESULT " + json.dumps({"n_params": sum(p.numel() for p in m.parameters())
 """
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma3_text", "bert"])
+@pytest.mark.parametrize("family", ["llama", "gemma3_text", "olmo2", "bert"])
 def test_fresh_process_loads_export_without_dsprune(family, tmp_path, texts):
     enc = _pruned(family)
     ref = enc.encode(texts, show_progress=False)

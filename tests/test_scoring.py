@@ -2,21 +2,22 @@
 import pytest
 import torch
 
+from dsprune import arch
 from dsprune.importance.layer_cosine import score_layers
-from dsprune.surgery import modeling_dsprune as md
 from dsprune.surgery.prune import drop_sublayers
 from dsprune.tiny import FAMILIES, tiny_encoder
 
-PRE_LN = [f for f in FAMILIES if not md.FAMILIES[f]["post_ln"]]
+# families whose sub-layers add their output to the stream (BERT's post-LN blocks normalise the sum)
+ADDITIVE = [f for f in FAMILIES if not arch.get(f).post_ln]
 
 
-@pytest.mark.parametrize("family", PRE_LN)
+@pytest.mark.parametrize("family", ADDITIVE)
 def test_zeroed_branch_scores_zero(family, texts):
     enc = tiny_encoder(family)
-    block1, block2 = md.layers_of(enc.backbone, family)[1], md.layers_of(enc.backbone, family)[2]
+    block1, block2 = enc.arch.layers_of(enc.backbone)[1], enc.arch.layers_of(enc.backbone)[2]
     with torch.no_grad():
         block1.self_attn.o_proj.weight.zero_()
-        _, _, down = md.mlp_projections(block2, family)
+        _, _, down = enc.arch.mlp_projections(block2)
         down.weight.zero_()
     s = score_layers(enc, texts, show_progress=False)
     assert s["attn"][1] == pytest.approx(0.0, abs=1e-6)
@@ -33,7 +34,7 @@ def test_block_score_equals_hand_computation_on_hidden_states(family, texts):
     with torch.no_grad():
         hs = enc.backbone(**batch, output_hidden_states=True).hidden_states
     m = batch["attention_mask"].bool()
-    n = len(md.layers_of(enc.backbone, family))
+    n = len(enc.arch.layers_of(enc.backbone))
     for i in range(n - 1):  # the last entry of hidden_states may be after the final norm
         cos = torch.nn.functional.cosine_similarity(hs[i][m], hs[i + 1][m], dim=-1)
         assert s["block"][i] == pytest.approx(float((1 - cos).mean()), abs=1e-5)

@@ -1,10 +1,11 @@
 """Self-slimming neuron gates (EffiR §5.1, Eq. 7): ``W_down(ReLU(z) · Act(W_gate x) ⊙ W_up x)``.
 
 One trainable ``z`` per intermediate neuron of every kept MLP, initialised to 1 so the gated model starts
-as the original. The gate replaces the MLP's activation module by ``GatedActivation`` (``ReLU(z) · Act(·)``):
-for gated MLPs (Llama, Mistral, Qwen, Gemma) that is exactly Eq. 7, for BERT-style MLPs
-(``down(Act(up x))``) the gate sits after the activation. Wrapping the activation (not a projection)
-keeps every Linear where it was, so LoRA adapters on gate/up/down see the gated signal unchanged.
+as the original. The gate replaces the MLP's activation module (the family's ``activation`` path) by
+``GatedActivation`` (``ReLU(z) · Act(·)``): for gated MLPs (every decoder family) that is exactly Eq. 7,
+for BERT-style MLPs (``down(Act(up x))``) the gate sits after the activation. Wrapping the activation
+(not a projection) keeps every Linear where it was, so LoRA adapters on gate/up/down see the gated signal
+unchanged.
 
 Under ZeRO-3 ``z`` is a parameter of its own small module, gathered by DeepSpeed when that module runs.
 Each forward also keeps ``live`` — a differentiable copy of ``z`` made while it was gathered — so the
@@ -23,10 +24,6 @@ from torch import nn
 from ..encoder import Encoder
 from ..errors import DsPruneError
 from . import modeling_dsprune as md
-
-# Where each family keeps the activation that sits between up (and gate) and down.
-ACTIVATION = {family: "mlp.act_fn" for family in md.FAMILIES}
-ACTIVATION["bert"] = "intermediate.intermediate_act_fn"
 
 
 class GatedActivation(nn.Module):
@@ -49,9 +46,10 @@ class GatedActivation(nn.Module):
 
 def _mlp_layers(enc: Encoder):
     """(original index, block, up Linear) of every kept MLP."""
-    for i, block in enumerate(md.layers_of(enc.backbone, enc.family)):
+    fam = enc.arch
+    for i, block in enumerate(fam.layers_of(enc.backbone)):
         try:
-            _, up, _ = md.mlp_projections(block, enc.family)
+            _, up, _ = fam.mlp_projections(block)
         except AttributeError:  # MLP dropped
             continue
         yield i, block, up
@@ -63,7 +61,7 @@ def gates_of(enc_or_module) -> dict[int, GatedActivation]:
     if isinstance(enc, Encoder):
         out = {}
         for i, block, _ in _mlp_layers(enc):
-            act = md.get_module(block, ACTIVATION[enc.family])
+            act = md.get_module(block, enc.arch.activation)
             if isinstance(act, GatedActivation):
                 out[i] = act
         return out
@@ -74,9 +72,7 @@ def insert_gates(enc: Encoder, init: float = 1.0) -> dict[int, GatedActivation]:
     """Put a gate (z = ``init``) into every kept MLP; refuses a model that already has gates."""
     if gates_of(enc):
         raise DsPruneError("the model already has self-slimming gates")
-    path = ACTIVATION.get(enc.family)
-    if path is None:
-        raise DsPruneError(f"no gate position known for model family {enc.family!r}")
+    path = enc.arch.activation
     out = {}
     for i, block, up in _mlp_layers(enc):
         try:
@@ -147,10 +143,9 @@ def remove_gates(enc: Encoder, fold: bool = False) -> dict[int, torch.Tensor]:
     if not gates:
         raise DsPruneError("the model has no self-slimming gates")
     values = {i: g.z.detach().float().cpu().clone() for i, g in gates.items()}
-    path = ACTIVATION[enc.family]
-    layers = md.layers_of(enc.backbone, enc.family)
+    layers = enc.arch.layers_of(enc.backbone)
     for i, g in gates.items():
-        md.set_module(layers[i], path, g.act)
+        md.set_module(layers[i], enc.arch.activation, g.act)
     if fold:
         fold_values(enc, {i: torch.relu(v) for i, v in values.items()})
     return values
@@ -165,11 +160,12 @@ def fold_values(enc: Encoder, scale: dict[int, torch.Tensor]) -> None:
     """
     if gates_of(enc):
         raise DsPruneError("remove the gates before folding values into the weights")
-    layers = md.layers_of(enc.backbone, enc.family)
+    fam = enc.arch
+    layers = fam.layers_of(enc.backbone)
     for layer, s in scale.items():
         layer = int(layer)
         try:
-            gate, up, down = md.mlp_projections(layers[layer], enc.family)
+            gate, up, down = fam.mlp_projections(layers[layer])
         except (AttributeError, IndexError):
             raise DsPruneError(f"gate values name MLP layer {layer}, which this model does not have") from None
         if s.numel() != up.out_features:

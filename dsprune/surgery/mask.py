@@ -1,4 +1,4 @@
-"""THE one code path that applies a mask (``formats.write_mask`` layout) to a model, and holds it.
+"""The one code path that applies a mask (``formats.write_mask`` layout) to a model, and holds it.
 
 Every pruning method — GAPrune's DAI, its baselines, self-slimming's gates — ends in a mask file, and this
 module is the only thing that turns a mask into a changed model:
@@ -37,10 +37,11 @@ def _names(enc: Encoder) -> dict[int, str]:
 def mlp_weight_names(enc: Encoder) -> dict[int, tuple[str | None, str, str]]:
     """Per layer (original numbering, dropped MLPs skipped): weight names of (gate|None, up, down)."""
     names = _names(enc)
+    fam = enc.arch
     out = {}
-    for i, block in enumerate(md.layers_of(enc.backbone, enc.family)):
+    for i, block in enumerate(fam.layers_of(enc.backbone)):
         try:
-            gate, up, down = md.mlp_projections(block, enc.family)
+            gate, up, down = fam.mlp_projections(block)
         except AttributeError:  # MLP dropped
             continue
         out[i] = tuple(None if m is None else f"{names[id(m)]}.weight" for m in (gate, up, down))
@@ -50,10 +51,10 @@ def mlp_weight_names(enc: Encoder) -> dict[int, tuple[str | None, str, str]]:
 def attention_weight_names(enc: Encoder) -> dict[int, list[str]]:
     """Per layer: weight names of every linear inside the attention sub-layer (dropped ones skipped)."""
     names = _names(enc)
-    spec = md.FAMILIES[enc.family]
+    fam = enc.arch
     out = {}
-    for i, block in enumerate(md.layers_of(enc.backbone, enc.family)):
-        attn = md.get_module(block, spec["attn"])
+    for i, block in enumerate(fam.layers_of(enc.backbone)):
+        attn = md.get_module(block, fam.attn)
         lins = [m for m in attn.modules() if isinstance(m, nn.Linear)]
         if lins:
             out[i] = [f"{names[id(m)]}.weight" for m in lins]
@@ -75,15 +76,6 @@ def target_weights(enc: Encoder, attention: bool = False) -> dict[str, nn.Parame
     if not out:
         raise DsPruneError("the model has no MLP (or attention) weights left to prune")
     return out
-
-
-def layer_of(name: str) -> int:
-    """Layer index in a weight name such as ``layers.7.mlp.up_proj.weight`` or ``encoder.layer.7...``."""
-    parts = name.split(".")
-    for a, b in zip(parts, parts[1:]):
-        if a in ("layers", "layer", "h", "blocks") and b.isdigit():
-            return int(b)
-    raise DsPruneError(f"cannot tell the layer of weight {name!r}")
 
 
 # ---- apply once ----------------------------------------------------------------------------------------
@@ -280,12 +272,3 @@ class MaskHolder:
             h.remove()
         self._hooks = []
 
-
-def hold_mask(module: nn.Module, folder: str | Path) -> MaskHolder:
-    """A ``MaskHolder`` for the unstructured mask in ``folder`` (a structured mask needs no holding: the
-    neurons are gone)."""
-    tensors, meta = formats.read_mask(folder)
-    if meta.get("kind") != "unstructured":
-        raise DsPruneError(f"{folder}: only an unstructured mask needs holding (this one is {meta.get('kind')!r}); "
-                           "apply a structured mask with apply_mask_dir before training")
-    return MaskHolder(module, tensors)

@@ -4,6 +4,10 @@ This file is copied verbatim into every dsprune export, so it imports only torch
 also the single definition of the structural edits dsprune makes (drop a sub-layer, give a layer its own
 MLP width), used in memory by dsprune and at load time by the export: the two cannot drift apart.
 
+Where a family keeps its parts (``layout``: the dotted paths of its block list, attention, MLP, the norms
+inside each sub-layer, gate/up/down, and whether blocks are post-LN) is plain data that dsprune writes into
+the export's config, so this file needs no table of families.
+
 A pruned model keeps the original layer numbering. A dropped attention or MLP sub-layer is replaced by a
 parameter-free module that adds nothing to the residual stream (its norms go too), so its weights are gone
 from disk; a dropped block is both. Per-layer MLP widths (non-uniform after a global neuron ranking, which
@@ -16,38 +20,6 @@ import copy
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
-
-# Where each family keeps its parts. ``mid`` names the module whose input (or output) is the residual
-# stream between the attention and the MLP sub-layer; scoring compares the streams around each sub-layer.
-_DECODER = dict(layers="layers", attn="self_attn", mlp="mlp", attn_norms=("input_layernorm",),
-                mlp_norms=("post_attention_layernorm",), mid=("post_attention_layernorm", "input"),
-                gate="mlp.gate_proj", up="mlp.up_proj", down="mlp.down_proj", post_ln=False)
-FAMILIES = {
-    "llama": _DECODER,
-    "mistral": _DECODER,
-    "qwen2": _DECODER,
-    "qwen3": _DECODER,
-    # Gemma 3 wraps each sub-layer in two norms (pre and post); both belong to the sub-layer (inside F).
-    "gemma3_text": dict(_DECODER, attn_norms=("input_layernorm", "post_attention_layernorm"),
-                        mlp_norms=("pre_feedforward_layernorm", "post_feedforward_layernorm"),
-                        mid=("pre_feedforward_layernorm", "input")),
-    # BERT is post-LN: a sub-layer's output is LN(x + F(x)), so the stream after it is already normalised.
-    # Dropping a sub-layer removes F and its LayerNorm: the stream passes through unchanged.
-    "bert": dict(layers="encoder.layer", attn="attention", mlp=("intermediate", "output"), attn_norms=(),
-                 mlp_norms=(), mid=("attention", "output"), gate=None, up="intermediate.dense",
-                 down="output.dense", post_ln=True),
-}
-
-
-def family_of(config) -> str:
-    mt = getattr(config, "model_type", None)
-    if mt == "dsprune":
-        mt = config.base["model_type"]
-    if mt == "gemma3":
-        mt = "gemma3_text"
-    if mt not in FAMILIES:
-        raise ValueError(f"unsupported model_type {mt!r}; supported: {', '.join(sorted(FAMILIES))}")
-    return mt
 
 
 def get_module(root: nn.Module, dotted: str) -> nn.Module:
@@ -63,8 +35,8 @@ def set_module(root: nn.Module, dotted: str, module: nn.Module) -> None:
     setattr(root, last, module)
 
 
-def layers_of(backbone: nn.Module, family: str) -> nn.ModuleList:
-    return get_module(backbone, FAMILIES[family]["layers"])
+def layers_of(backbone: nn.Module, layout: dict) -> nn.ModuleList:
+    return get_module(backbone, layout["layers"])
 
 
 class DroppedAttention(nn.Module):
@@ -94,47 +66,39 @@ class PassThrough(nn.Module):
         return hidden_states if input_tensor is None else input_tensor
 
 
-def drop_attention(backbone: nn.Module, family: str, layer: int) -> None:
-    spec = FAMILIES[family]
-    block = layers_of(backbone, family)[layer]
-    set_module(block, spec["attn"], DroppedAttention(post_ln=spec["post_ln"]))
-    for name in spec["attn_norms"]:
+def drop_attention(backbone: nn.Module, layout: dict, layer: int) -> None:
+    block = layers_of(backbone, layout)[layer]
+    set_module(block, layout["attn"], DroppedAttention(post_ln=layout["post_ln"]))
+    for name in layout["attn_norms"]:
         set_module(block, name, nn.Identity())
 
 
-def drop_mlp(backbone: nn.Module, family: str, layer: int) -> None:
-    spec = FAMILIES[family]
-    block = layers_of(backbone, family)[layer]
-    if isinstance(spec["mlp"], tuple):
-        for name in spec["mlp"]:
+def drop_mlp(backbone: nn.Module, layout: dict, layer: int) -> None:
+    block = layers_of(backbone, layout)[layer]
+    if isinstance(layout["mlp"], str):
+        set_module(block, layout["mlp"], DroppedMLP())
+    else:  # an MLP split over several modules (BERT's intermediate + output)
+        for name in layout["mlp"]:
             set_module(block, name, PassThrough())
-    else:
-        set_module(block, spec["mlp"], DroppedMLP())
-    for name in spec["mlp_norms"]:
+    for name in layout["mlp_norms"]:
         set_module(block, name, nn.Identity())
 
 
-def mlp_projections(block: nn.Module, family: str) -> tuple[nn.Linear | None, nn.Linear, nn.Linear]:
+def mlp_projections(block: nn.Module, layout: dict) -> tuple[nn.Linear | None, nn.Linear, nn.Linear]:
     """(gate, up, down) of one block; gate is None for families without a gated MLP."""
-    spec = FAMILIES[family]
-    gate = get_module(block, spec["gate"]) if spec["gate"] else None
-    return gate, get_module(block, spec["up"]), get_module(block, spec["down"])
+    gate = get_module(block, layout["gate"]) if layout["gate"] else None
+    return gate, get_module(block, layout["up"]), get_module(block, layout["down"])
 
 
 def _linear_like(old: nn.Linear, in_f: int, out_f: int) -> nn.Linear:
     return nn.Linear(in_f, out_f, bias=old.bias is not None, device=old.weight.device, dtype=old.weight.dtype)
 
 
-def slice_mlp(backbone: nn.Module, family: str, layer: int, keep: torch.Tensor | None,
-              width: int | None = None, scale: torch.Tensor | None = None) -> None:
-    """Give one MLP its own width: keep neurons ``keep`` (indices), or build empty ones of ``width``.
-
-    ``scale`` (one value per kept neuron) is folded into the rows of ``up``, which is exact for
-    ``down(act(gate x) * up x)`` and for BERT's ``down(act(up x))`` only when scale is 0/1.
-    """
-    spec = FAMILIES[family]
-    block = layers_of(backbone, family)[layer]
-    gate, up, down = mlp_projections(block, family)
+def slice_mlp(backbone: nn.Module, layout: dict, layer: int, keep: torch.Tensor | None,
+              width: int | None = None) -> None:
+    """Give one MLP its own width: keep neurons ``keep`` (indices), or build empty ones of ``width``."""
+    block = layers_of(backbone, layout)[layer]
+    gate, up, down = mlp_projections(block, layout)
     n = len(keep) if keep is not None else width
     new = {}
     for name, old in (("gate", gate), ("up", up)):
@@ -143,15 +107,9 @@ def slice_mlp(backbone: nn.Module, family: str, layer: int, keep: torch.Tensor |
         lin = _linear_like(old, old.in_features, n)
         if keep is not None:
             with torch.no_grad():
-                w = old.weight[keep]
-                b = old.bias[keep] if old.bias is not None else None
-                if scale is not None and name == "up":
-                    s = scale.to(w.dtype).to(w.device)
-                    w = w * s[:, None]
-                    b = b * s if b is not None else None
-                lin.weight.copy_(w)
-                if b is not None:
-                    lin.bias.copy_(b)
+                lin.weight.copy_(old.weight[keep])
+                if old.bias is not None:
+                    lin.bias.copy_(old.bias[keep])
         new[name] = lin
     lin = _linear_like(down, n, down.out_features)
     if keep is not None:
@@ -161,34 +119,36 @@ def slice_mlp(backbone: nn.Module, family: str, layer: int, keep: torch.Tensor |
                 lin.bias.copy_(down.bias)
     new["down"] = lin
     for name, mod in new.items():
-        set_module(block, spec[name], mod)
+        set_module(block, layout[name], mod)
 
 
-def apply_structure(backbone: nn.Module, family: str, drop_attn=(), drop_mlp_layers=(),
+def apply_structure(backbone: nn.Module, layout: dict, drop_attn=(), drop_mlp_layers=(),
                     intermediate_sizes=None) -> None:
     """Rebuild the pruned shape on a freshly built model (weights are loaded afterwards)."""
     for i in drop_attn:
-        drop_attention(backbone, family, int(i))
+        drop_attention(backbone, layout, int(i))
     for i in drop_mlp_layers:
-        drop_mlp(backbone, family, int(i))
+        drop_mlp(backbone, layout, int(i))
     if intermediate_sizes:
         dropped = {int(i) for i in drop_mlp_layers}
         for i, width in enumerate(intermediate_sizes):
             if i in dropped or width is None:
                 continue
-            _, up, _ = mlp_projections(layers_of(backbone, family)[i], family)
+            _, up, _ = mlp_projections(layers_of(backbone, layout)[i], layout)
             if up.out_features != width:
-                slice_mlp(backbone, family, i, None, width=int(width))
+                slice_mlp(backbone, layout, i, None, width=int(width))
 
 
 class DsPruneConfig(PretrainedConfig):
-    """The original model's config (``base``) plus what was pruned, in the original layer numbering."""
+    """The original model's config (``base``), where its family keeps its parts (``layout``) and what was
+    pruned, in the original layer numbering."""
 
     model_type = "dsprune"
 
     def __init__(self, base: dict | None = None, drop_attn=(), drop_mlp=(), intermediate_sizes=None,
-                 **kwargs):
+                 layout: dict | None = None, **kwargs):
         self.base = dict(base or {})
+        self.layout = dict(layout) if layout else None
         self.drop_attn = sorted(int(i) for i in drop_attn)
         self.drop_mlp = sorted(int(i) for i in drop_mlp)
         self.intermediate_sizes = list(intermediate_sizes) if intermediate_sizes is not None else None
@@ -218,16 +178,19 @@ class DsPruneModel(PreTrainedModel):
             base = config.base_config()
             if getattr(config, "_attn_implementation_internal", None):
                 base._attn_implementation = config._attn_implementation
+            if not config.layout:
+                raise ValueError("this export's config.json has no 'layout'; load it once with dsprune's "
+                                 "Encoder.load and save it again")
             backbone = AutoModel.from_config(base)
-            apply_structure(backbone, family_of(base), config.drop_attn, config.drop_mlp,
+            apply_structure(backbone, config.layout, config.drop_attn, config.drop_mlp,
                             config.intermediate_sizes)
         self.backbone = backbone
         self.post_init()
 
     @classmethod
-    def wrap(cls, backbone: nn.Module) -> "DsPruneModel":
+    def wrap(cls, backbone: nn.Module, layout: dict) -> "DsPruneModel":
         """Wrap an in-memory model (not yet pruned) without copying its weights."""
-        cfg = DsPruneConfig(base=backbone.config.to_dict(), intermediate_sizes=None)
+        cfg = DsPruneConfig(base=backbone.config.to_dict(), intermediate_sizes=None, layout=layout)
         cfg.auto_map = {"AutoConfig": "modeling_dsprune.DsPruneConfig",
                         "AutoModel": "modeling_dsprune.DsPruneModel"}
         return cls(cfg, backbone=backbone)

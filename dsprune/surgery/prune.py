@@ -19,12 +19,12 @@ from . import modeling_dsprune as md
 
 def ensure_wrapped(enc: Encoder) -> md.DsPruneModel:
     if not isinstance(enc.model, md.DsPruneModel):
-        enc.model = md.DsPruneModel.wrap(enc.model)
+        enc.model = md.DsPruneModel.wrap(enc.model, enc.arch.layout)
     return enc.model
 
 
 def num_layers(enc: Encoder) -> int:
-    return len(md.layers_of(enc.backbone, enc.family))
+    return len(enc.arch.layers_of(enc.backbone))
 
 
 def structure(enc: Encoder) -> dict:
@@ -39,9 +39,10 @@ def structure(enc: Encoder) -> dict:
 def intermediate_sizes(enc: Encoder) -> list[int | None]:
     """Width of every layer's MLP (None where the MLP was dropped), original numbering."""
     sizes = []
-    for block in md.layers_of(enc.backbone, enc.family):
+    fam = enc.arch
+    for block in fam.layers_of(enc.backbone):
         try:
-            _, up, _ = md.mlp_projections(block, enc.family)
+            _, up, _ = fam.mlp_projections(block)
             sizes.append(int(up.out_features))
         except AttributeError:
             sizes.append(None)
@@ -61,17 +62,18 @@ def drop_sublayers(enc: Encoder, attn: Iterable[int] = (), mlp: Iterable[int] = 
         if again:
             raise DsPruneError(f"{kind} sub-layer(s) {again} already dropped")
     wrapper = ensure_wrapped(enc)
+    layout = enc.arch.layout
     for i in attn:
-        md.drop_attention(enc.backbone, enc.family, i)
+        md.drop_attention(enc.backbone, layout, i)
     for i in mlp:
-        md.drop_mlp(enc.backbone, enc.family, i)
+        md.drop_mlp(enc.backbone, layout, i)
     wrapper.config.drop_attn = sorted(set(wrapper.config.drop_attn) | set(attn))
     wrapper.config.drop_mlp = sorted(set(wrapper.config.drop_mlp) | set(mlp))
     wrapper.config.intermediate_sizes = intermediate_sizes(enc)
     return structure(enc)
 
 
-def slice_neurons(enc: Encoder, keep: dict[int, torch.Tensor], scale: dict[int, torch.Tensor] | None = None) -> dict:
+def slice_neurons(enc: Encoder, keep: dict[int, torch.Tensor]) -> dict:
     """Keep only the given MLP neurons per layer (bool masks or index tensors); physically smaller."""
     wrapper = ensure_wrapped(enc)
     widths = intermediate_sizes(enc)
@@ -85,8 +87,7 @@ def slice_neurons(enc: Encoder, keep: dict[int, torch.Tensor], scale: dict[int, 
             k = k.nonzero().flatten()
         if len(k) == 0:
             raise DsPruneError(f"mask would remove every neuron of MLP layer {layer}")
-        s = None if scale is None or layer not in scale else scale[layer][k]
-        md.slice_mlp(enc.backbone, enc.family, layer, k, scale=s)
+        md.slice_mlp(enc.backbone, enc.arch.layout, layer, k)
     wrapper.config.intermediate_sizes = intermediate_sizes(enc)
     return structure(enc)
 

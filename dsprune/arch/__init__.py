@@ -1,0 +1,46 @@
+"""Model-family knowledge, one module per family; everything else in dsprune asks here.
+
+Each module of this package that defines ``FAMILY`` (a ``spec.Family``) is a supported family: adding one
+is a new module here plus its entry in ``dsprune.tiny.FAMILIES``, the matrix the family tests run over.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from ..errors import DsPruneError
+from .spec import Family
+
+FAMILIES: dict[str, Family] = {}
+for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+    _family = getattr(importlib.import_module(f"{__name__}.{_info.name}"), "FAMILY", None)
+    if _family is not None:
+        FAMILIES[_family.name] = _family
+_ALIASES = {alias: f.name for f in FAMILIES.values() for alias in f.aliases}
+
+
+def family_of(config) -> str:
+    """The family name of a Hugging Face config; a dsprune export's config answers for its original model."""
+    mt = getattr(config, "model_type", None)
+    if mt == "dsprune":
+        mt = config.base["model_type"]
+    name = _ALIASES.get(mt, mt)
+    if name not in FAMILIES:
+        raise DsPruneError(f"unsupported model_type {mt!r}; supported: {', '.join(sorted(FAMILIES))}")
+    return name
+
+
+def get(name: str) -> Family:
+    if name not in FAMILIES:
+        raise DsPruneError(f"unknown model family {name!r}; supported: {', '.join(sorted(FAMILIES))}")
+    return FAMILIES[name]
+
+
+def layer_of(name: str, family: str | None = None) -> int:
+    """Layer index in a weight name such as ``layers.7.mlp.up_proj.weight`` or ``encoder.layer.7...``,
+    read with ``family``'s layer-name pattern or, without one, with the first supported family's that fits."""
+    for fam in [get(family)] if family else FAMILIES.values():
+        m = fam.layer_pattern.search(name)
+        if m:
+            return int(m.group(1))
+    raise DsPruneError(f"cannot tell the layer of weight {name!r}")
