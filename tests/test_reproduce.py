@@ -1,5 +1,5 @@
-"""benchmarks/reproduce.py: the grid lists, renders (CIs, pending rows), skips current rows, rejects bad names,
-and one cheap row runs end to end on a tiny model."""
+"""benchmarks/reproduce.py and benchmarks/grid: the grid lists, renders (CIs, pending rows), skips current rows,
+rejects bad names, and one cheap row runs end to end on a tiny model."""
 import glob
 import importlib.util
 import json
@@ -60,7 +60,7 @@ def test_every_row_is_a_valid_recipe(tiny_dirs, tmp_path):
                    "encoder: {pooling: mean, max_length: 128}\n")
     tiny = str(tiny_dirs["llama"])
     a = reproduce.parse(["--model", tiny, "--dense", tiny, "--train-config", str(cfg), "--out", str(tmp_path / "out"),
-                  "--headline-scifact"])
+                         "--headline-scifact"])
     ctx = inputs.Ctx(a, symbolic=False)
     for row in rows.ROWS.values():
         stages = row.stages(ctx)
@@ -264,11 +264,12 @@ def test_render_without_results_lists_everything_pending(tmp_path):
 def test_skip_when_fingerprint_matches(tiny_dirs, tmp_path, monkeypatch):
     results = tmp_path / "results"
     base = ["--rows", "untrained", "--model", str(tiny_dirs["llama"]), "--results", str(results)]
+    untrained = rows.ROWS["untrained"]
     a = reproduce.parse(base + ["--out", str(tmp_path / "out")])
-    fp, config = run.fingerprint(rows.ROWS["untrained"], inputs.Ctx(a, symbolic=True))
+    fp, config = run.fingerprint(untrained, inputs.Ctx(a, symbolic=True))
     # the fingerprint is about the configuration, not where out/ is; eval settings change it
-    assert run.fingerprint(rows.ROWS["untrained"], inputs.Ctx(reproduce.parse(base + ["--out", "/elsewhere"]), True))[0] == fp
-    assert run.fingerprint(rows.ROWS["untrained"], inputs.Ctx(reproduce.parse(base + ["--max-length", "64"]), True))[0] != fp
+    assert run.fingerprint(untrained, inputs.Ctx(reproduce.parse(base + ["--out", "/elsewhere"]), True))[0] == fp
+    assert run.fingerprint(untrained, inputs.Ctx(reproduce.parse(base + ["--max-length", "64"]), True))[0] != fp
     assert config["inputs"]["model"]                                  # a user's model enters by content
 
     calls = []
@@ -280,12 +281,12 @@ def test_skip_when_fingerprint_matches(tiny_dirs, tmp_path, monkeypatch):
     monkeypatch.setattr(run, "run_recipe", fake_run_recipe)
     results.mkdir()
     (results / "untrained.json").write_text(json.dumps({"row": "untrained", "config_fingerprint": fp, "tasks": {}}))
-    assert run.run_row(rows.ROWS["untrained"], a, results) == "skipped" and not calls
+    assert run.run_row(untrained, a, results) == "skipped" and not calls
     with pytest.raises(DsPruneError):
-        run.run_row(rows.ROWS["untrained"], reproduce.parse(base + ["--out", str(tmp_path / "out"), "--force"]), results)
+        run.run_row(untrained, reproduce.parse(base + ["--out", str(tmp_path / "out"), "--force"]), results)
     (results / "untrained.json").write_text(json.dumps({"row": "untrained", "config_fingerprint": "old", "tasks": {}}))
     with pytest.raises(DsPruneError):
-        run.run_row(rows.ROWS["untrained"], a, results)
+        run.run_row(untrained, a, results)
     assert len(calls) == 2 and Path(calls[-1]) == tmp_path / "out" / "rows" / "untrained.yaml"
 
 

@@ -24,3 +24,9 @@ def save_png(fig, path: str | Path, dpi: int = 130, **savefig) -> Path:
     finally:
         pyplot().close(fig)
     return path
+
+
+def error_bar(delta: dict | None) -> list[list[float]] | None:
+    """matplotlib's ``yerr`` for a paired difference's interval drawn around a model's own score (not around the
+    difference), so the bar reads against the reference's score: below it when the interval is below 0."""
+    return [[delta["diff"] - delta["low"]], [delta["high"] - delta["diff"]]] if delta else None

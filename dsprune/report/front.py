@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .figure import pyplot, save_png
+from .figure import error_bar, pyplot, save_png
 
 
 def plot(table: dict, path: str | Path, speed: str = "document") -> Path:
@@ -19,8 +19,7 @@ def plot(table: dict, path: str | Path, speed: str = "document") -> Path:
         if r["mean"] is None or speed not in r["speed"]:
             continue
         x, y = r["speed"][speed], r["mean"]
-        d = r.get("mean_delta")
-        yerr = [[y - (y - d["diff"] + d["low"])], [(y - d["diff"] + d["high"]) - y]] if d else None
+        yerr = error_bar(r.get("mean_delta"))
         is_ref = r["label"] == table["reference"]
         ax.errorbar([x], [y], yerr=yerr, fmt="*" if is_ref else "o", ms=12 if is_ref else 7, capsize=3,
                     color="tab:red" if is_ref else "tab:blue")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .figure import pyplot, save_png
+from .figure import error_bar, pyplot, save_png
 
 
 def plot_groups(groups: list[dict], tasks: list[str], path: str | Path, title: str = "") -> Path:
@@ -36,10 +36,9 @@ def plot_groups(groups: list[dict], tasks: list[str], path: str | Path, title: s
                 cell = (g["bars"].get(m) or {}).get(task)
                 if not cell:
                     continue
-                x, y, d = gi - 0.4 + width * (mi + 0.5), cell["score"], cell.get("delta")
-                yerr = [[d["diff"] - d["low"]], [d["high"] - d["diff"]]] if d else None
-                ax.bar([x], [y], width, yerr=yerr, capsize=2, error_kw={"lw": 1}, color=colors[m],
-                       label=None if m in labelled else m)
+                x, y = gi - 0.4 + width * (mi + 0.5), cell["score"]
+                ax.bar([x], [y], width, yerr=error_bar(cell.get("delta")), capsize=2, error_kw={"lw": 1},
+                       color=colors[m], label=None if m in labelled else m)
                 labelled.add(m)
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels([f"{g['title']}\n(- - {g['reference']})" for g in groups], fontsize=8)
