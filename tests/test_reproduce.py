@@ -300,7 +300,9 @@ def test_smoke_dense_row_on_tiny_model(tiny_dirs, tmp_path, monkeypatch):
     argv = ["--rows", "dense", "--dense", tiny, "--model", tiny, "--tasks", f"tiny={beir}",
             "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results"),
             "--results-md", str(tmp_path / "RESULTS.md")]
+    env = dict(os.environ)
     assert reproduce.main(argv) == 0
+    assert dict(os.environ) == env                                   # the stages' environment was only lent
     doc = json.loads((tmp_path / "results" / "dense.json").read_text())
     assert doc["row"] == "dense" and doc["table"] == "baselines"
     assert set(doc["tasks"]["tiny"]["per_query"]["ndcg_at_10"]) == {"q1", "q2", "q3", "q4"}
