@@ -250,8 +250,9 @@ class Encoder(nn.Module):
             if "attn" not in str(e).lower() or not kw:
                 raise
             model = _load_model(path, dtype=dtype)
-        tok = AutoTokenizer.from_pretrained(path, config=model.config)  # a dsprune config is not in its registry
-        arch.family_of(getattr(model, "backbone", model).config)
+        # the config is passed because AutoConfig cannot read a dsprune export's config.json by itself
+        tok = AutoTokenizer.from_pretrained(path, config=model.config)
+        arch.family_of(getattr(model, "backbone", model).config)  # refuses an unsupported family by name
         return cls(model.to(device), tok, config)
 
 

@@ -51,9 +51,8 @@ def test_surgery_removes_exactly_the_chosen_weights(family):
     gone = before - after
     assert gone and not (after - before)
     spec = arch.get(family)
-    mlp_parts = spec.mlp if isinstance(spec.mlp, tuple) else (spec.mlp,)
     allowed = tuple(f"{spec.layers}.1.{name}." for name in (spec.attn, *spec.attn_norms)) + \
-        tuple(f"{spec.layers}.2.{name}." for name in (*mlp_parts, *spec.mlp_norms))
+        tuple(f"{spec.layers}.2.{name}." for name in (*spec.mlp_parts, *spec.mlp_norms))
     assert all(k.startswith(allowed) for k in gone)
     assert not any(k.startswith(allowed) for k in after)
     assert count_params(enc.model) < p0

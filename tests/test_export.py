@@ -7,6 +7,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from dsprune import arch
 from dsprune.encoder import Encoder
 from dsprune.surgery.prune import drop_sublayers, export, slice_neurons
 from dsprune.tiny import FAMILIES, tiny_encoder
@@ -33,11 +34,12 @@ def test_export_round_trip(family, tmp_path, texts):
     assert cfg["drop_attn"] == [1] and cfg["drop_mlp"] == [2]
     assert cfg["intermediate_sizes"][0] == 43 and cfg["intermediate_sizes"][2] is None
     assert {"AutoModel", "AutoConfig"} <= set(cfg["auto_map"])
+    spec = arch.get(family)
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         keys = list(f.keys())
-        up = next(k for k in keys if (".0.mlp.up_proj" in k or ".0.intermediate.dense.weight" in k))
+        up = next(k for k in keys if k.endswith(f"{spec.layers}.0.{spec.up}.weight"))
         assert f.get_tensor(up).shape[0] == 43
-    assert not any(".2.mlp." in k or "layer.2.output.dense" in k for k in keys)
+    assert not any(f"{spec.layers}.2.{part}." in k for k in keys for part in spec.mlp_parts)
 
 
 FRESH = r"""

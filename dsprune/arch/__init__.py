@@ -11,11 +11,17 @@ import pkgutil
 from ..errors import DsPruneError
 from .spec import Family
 
-FAMILIES: dict[str, Family] = {}
-for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    _family = getattr(importlib.import_module(f"{__name__}.{_info.name}"), "FAMILY", None)
-    if _family is not None:
-        FAMILIES[_family.name] = _family
+
+def _discover() -> dict[str, Family]:
+    found = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        family = getattr(importlib.import_module(f"{__name__}.{info.name}"), "FAMILY", None)
+        if family is not None:
+            found[family.name] = family
+    return found
+
+
+FAMILIES: dict[str, Family] = _discover()
 _ALIASES = {alias: f.name for f in FAMILIES.values() for alias in f.aliases}
 
 

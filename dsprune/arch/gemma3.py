@@ -3,9 +3,9 @@
 Both norms belong to the sub-layer (inside F), so dropping it removes both and the stream passes on
 unchanged. The stream between attention and MLP is the input of the MLP's pre-norm.
 """
-from .spec import pre_norm_decoder, tiny
+from .spec import decoder, tiny
 
-FAMILY = pre_norm_decoder(
+FAMILY = decoder(
     "gemma3_text",
     attn_norms=("input_layernorm", "post_attention_layernorm"),
     mlp_norms=("pre_feedforward_layernorm", "post_feedforward_layernorm"),

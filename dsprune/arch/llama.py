@@ -1,4 +1,4 @@
 """Llama: the pre-norm decoder layout (RMSNorm before each sub-layer, SiLU-gated MLP)."""
-from .spec import pre_norm_decoder
+from .spec import decoder
 
-FAMILY = pre_norm_decoder("llama")
+FAMILY = decoder("llama")

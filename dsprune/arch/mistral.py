@@ -1,4 +1,4 @@
 """Mistral: the Llama layout; sliding-window attention does not change where anything lives."""
-from .spec import pre_norm_decoder
+from .spec import decoder
 
-FAMILY = pre_norm_decoder("mistral")
+FAMILY = decoder("mistral")

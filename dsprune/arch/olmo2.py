@@ -4,9 +4,9 @@
 MLP (both inside F), so a dropped sub-layer takes its norm along and adds nothing. There is no norm before
 the MLP, so the stream between attention and MLP is the MLP's own input.
 """
-from .spec import pre_norm_decoder
+from .spec import decoder
 
-FAMILY = pre_norm_decoder(
+FAMILY = decoder(
     "olmo2",
     attn_norms=("post_attention_layernorm",),
     mlp_norms=("post_feedforward_layernorm",),

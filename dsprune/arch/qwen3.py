@@ -1,4 +1,4 @@
 """Qwen3: the Llama layout; its q_norm/k_norm sit inside the attention module and go with it."""
-from .spec import pre_norm_decoder
+from .spec import decoder
 
-FAMILY = pre_norm_decoder("qwen3")
+FAMILY = decoder("qwen3")

@@ -47,10 +47,16 @@ class Family:
         return out
 
     @property
+    def mlp_parts(self) -> tuple[str, ...]:
+        """The module(s) that make up the MLP sub-layer."""
+        return (self.mlp,) if isinstance(self.mlp, str) else self.mlp
+
+    @property
     def layer_pattern(self) -> re.Pattern:
         """Finds the layer index in a weight name such as ``layers.7.mlp.up_proj.weight``, prefixed or not."""
-        return re.compile(r"(?:^|\.)" + re.escape(self.layers.split(".")[-1]) + r"\.(\d+)\.")
+        return re.compile(r"(?:^|\.)" + re.escape(self.layers) + r"\.(\d+)\.")
 
+    # modeling_dsprune is imported on use: it imports transformers, which ``import dsprune`` does not need.
     def layers_of(self, backbone):
         from ..surgery import modeling_dsprune as md
         return md.layers_of(backbone, self.layout)
@@ -81,8 +87,9 @@ def tiny(model_type: str, grouped_query: bool = True, attn_implementation: str =
     return build
 
 
-def pre_norm_decoder(name: str, **changes) -> Family:
-    """The Llama layout most decoders share: a norm before each sub-layer, a gated MLP, causal attention."""
+def decoder(name: str, **changes) -> Family:
+    """A decoder family: the Llama layout (a norm before each sub-layer, a SiLU-gated MLP, causal attention)
+    with ``changes`` where the family differs."""
     spec = dict(name=name, layers="layers", attn="self_attn", mlp="mlp", attn_norms=("input_layernorm",),
                 mlp_norms=("post_attention_layernorm",), mid=("post_attention_layernorm", "input"),
                 gate="mlp.gate_proj", up="mlp.up_proj", down="mlp.down_proj", activation="mlp.act_fn",
