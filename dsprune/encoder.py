@@ -315,4 +315,3 @@ def _gguf_to_folder(folder: Path, fname: str) -> Path:
             fresh.save_pretrained(tmp, safe_serialization=True)
             tok.save_pretrained(tmp)
     return out
-

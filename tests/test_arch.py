@@ -95,3 +95,21 @@ def test_export_without_layout_loads_with_the_layout_from_arch(tmp_path, texts):
     back = Encoder.load(out)
     assert back.model.config.layout == arch.get("bert").layout
     assert torch.allclose(back.encode(texts, show_progress=False), ref, atol=1e-6)
+
+
+def test_modeling_dsprune_names_no_family():
+    """The exported model file reads the layout from its config: it keeps no table of families."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(md))
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    names = set(arch.FAMILIES) | {a for f in arch.FAMILIES.values() for a in f.aliases}
+    assert not strings & names
+    imported = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            imported |= {a.name.split(".")[0] for a in n.names}
+        elif isinstance(n, ast.ImportFrom):
+            imported.add(n.module.split(".")[0])
+    assert imported <= {"__future__", "copy", "torch", "transformers"}

@@ -67,7 +67,7 @@ class Family:
         return md.mlp_projections(block, self.layout)
 
 
-# ---- tiny random configs (tests, the tuning smoke sweep, CI) ------------------------------------------------
+# ---- tiny random configs (tests and CI: real architectures, no download) -----------------------------------
 
 def tiny(model_type: str, grouped_query: bool = True, attn_implementation: str = "sdpa", **extra) -> Callable:
     """A builder of small random configs of ``model_type``: 4 heads (with ``grouped_query``, 2 KV heads),

@@ -271,4 +271,3 @@ class MaskHolder:
         for h in self._hooks:
             h.remove()
         self._hooks = []
-
