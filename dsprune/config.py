@@ -62,7 +62,3 @@ def parse_args(cls: type[T], argv: Sequence[str] | None = None, prog: str | None
     except ValueError as e:  # unknown flags: one clear line, not a traceback
         raise DsPruneError(str(e).replace("HfArgumentParser", prog or "this command")) from None
     return args
-
-
-def to_dict(obj: Any) -> dict:
-    return dataclasses.asdict(obj)

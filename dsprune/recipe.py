@@ -33,8 +33,6 @@ from .errors import DsPruneError
 from .settings import REPO_ROOT, shared_dir
 
 STAMP = "stage.json"
-# launcher -> the dataclass its options fill (a command's is its module's ``Args``)
-LAUNCHER_ARGS = {"train": ("dsprune.train.slim", "StageArgs"), "dai": ("dsprune.commands.dai", "Args")}
 _REF = re.compile(r"\$\{([A-Za-z0-9_\-]+)\}")
 
 
@@ -57,7 +55,7 @@ def load_recipe(path: str | Path | dict, overrides: dict | None = None,
         doc = load_config_file(path)
     if "stages" not in doc or not isinstance(doc["stages"], list) or not doc["stages"]:
         raise DsPruneError(f"{path}: a recipe needs a non-empty 'stages' list")
-    from .cli import COMMANDS
+    from .cli import COMMANDS   # here, not at the top: the `run` command imports this module
 
     params = recipe_params(doc, path, params)
     stages, names = [], set()
@@ -79,6 +77,7 @@ def load_recipe(path: str | Path | dict, overrides: dict | None = None,
         unknown = sorted(set(args) - known) if known is not None else []
         if unknown:
             raise DsPruneError(f"{path}: stage {s['name']!r}: unknown option(s) {', '.join(unknown)}")
+        check_methods(s.get("command"), args, f"{path}: stage {s['name']!r}")
         for ref in _REF.findall(json.dumps(args)):
             if ref not in names and ref not in ("out", "shared", "repo"):
                 raise DsPruneError(f"{path}: stage {s['name']!r} refers to ${{{ref}}}, not an earlier stage")
@@ -118,24 +117,51 @@ def parse_params(items: list[str]) -> dict:
     return out
 
 
+def _train_args():
+    from .train.slim import StageArgs
+    return StageArgs
+
+
+def _dai_args():
+    from .commands.dai import Args
+    return Args
+
+
+# launcher -> the dataclass its options fill (a command's is its module's ``Args``); imported when asked for,
+# the training arguments pull in the trainer
+LAUNCHER_ARGS = {"train": _train_args, "dai": _dai_args}
+
+
 def stage_options(command: str | None, launcher: str | None) -> set[str] | None:
     """The option names a stage accepts (its arguments dataclass; launchers also take ``output_dir``);
     ``None`` for a launcher dsprune does not describe."""
     import dataclasses
-    import importlib
 
     from .cli import COMMANDS
 
     if command:
-        cls = importlib.import_module(COMMANDS[command][0]).Args
+        cls = COMMANDS[command].module.Args
         extra = set()
-    else:
-        module, name = LAUNCHER_ARGS.get(launcher, (None, None))
-        if module is None:
-            return None
-        cls = getattr(importlib.import_module(module), name)
+    elif launcher in LAUNCHER_ARGS:
+        cls = LAUNCHER_ARGS[launcher]()
         extra = {"output_dir"}
+    else:
+        return None
     return {f.name for f in dataclasses.fields(cls)} | extra
+
+
+def check_methods(command: str | None, args: dict, where: str) -> None:
+    """A stage option that names an importance method (a command's ``METHOD_OPTIONS``) must name a
+    registered one; ``${...}`` values are checked when the stage runs."""
+    from .cli import COMMANDS
+    from .importance import methods
+
+    if not command:
+        return
+    for option, unit in getattr(COMMANDS[command].module, "METHOD_OPTIONS", {}).items():
+        value = args.get(option)
+        if isinstance(value, str) and not _REF.search(value):
+            methods.get(value, unit, f"{where}: {option}")
 
 
 def _resolve(value, folders: dict, whole: bool = False):

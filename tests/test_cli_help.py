@@ -1,6 +1,4 @@
 """`--help` of every command and launcher prints its options: help texts are prose, and argparse formats them."""
-import importlib
-
 import pytest
 
 from dsprune.cli import COMMANDS, main
@@ -15,7 +13,7 @@ def test_every_command_prints_its_help(name, capsys):
         main([name, "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    fields = importlib.import_module(COMMANDS[name][0]).Args.__dataclass_fields__
+    fields = COMMANDS[name].module.Args.__dataclass_fields__
     assert out.startswith(f"usage: dsprune {name}") and all(f"--{f}" in out for f in fields)
 
 

@@ -14,11 +14,11 @@ from typing import Optional
 
 from .. import formats
 from ..errors import DsPruneError
+from .common import ModelArgs, load_encoder, torch_threads
 
 
 @dataclass
-class Args:
-    model: str = field(metadata={"help": "model to bench (e.g. a pruned export)"})
+class Args(ModelArgs):
     baseline: str = field(metadata={"help": "reference model (e.g. the unpruned model)"})
     out: str = field(metadata={"help": "output folder for bench.json"})
     data: Optional[str] = field(default=None, metadata={"help": "BEIR folder to sample texts from "
@@ -34,8 +34,6 @@ class Args:
     compile: bool = field(default=False, metadata={"help": "torch.compile both models"})
     threads: Optional[int] = field(default=None, metadata={"help": "torch threads (default: OMP_NUM_THREADS "
                                                                    "or torch's choice)"})
-    dtype: str = "float32"
-    device: str = "cpu"
     seed: int = 0
     overwrite: bool = False
 
@@ -43,34 +41,31 @@ class Args:
 def run(args: Args) -> int:
     import torch
 
-    from ..encoder import Encoder
     from ..eval import speed
     from ..eval.mteb_model import fingerprint
     from ..packaged import model_path
     from ..settings import data_dir
 
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise DsPruneError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    out = formats.check_output(args.out, args.overwrite)
     for n in ("docs", "doc_batch", "doc_len", "queries", "query_batch", "query_len"):
         if getattr(args, n) < 1:
             raise DsPruneError(f"bench.{n} must be at least 1")
     folder = Path(args.data) if args.data else data_dir("scifact")
     docs, queries = speed.sample_texts(folder, args.docs, args.queries, args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    models, prints = {}, {}
-    for role, path in (("model", args.model), ("baseline", args.baseline)):
-        path = model_path(path)                  # `smollm2` works here as anywhere a path does
-        p = Path(path)
-        if not p.exists():
-            raise DsPruneError(f"{role} not found: {p}")
-        models[role] = Encoder.load(path, dtype=args.dtype, device=args.device)
-        prints[role] = fingerprint(p.parent if path.endswith(".gguf") else p)
-    res = speed.bench(models, docs, queries, args.doc_batch, args.doc_len, args.query_batch, args.query_len,
-                      args.repeats, args.warmup, args.compile)
+    with torch_threads(args.threads):
+        models, prints = {}, {}
+        for role, path in (("model", args.model), ("baseline", args.baseline)):
+            path = model_path(path)                  # `smollm2` works here as anywhere a path does
+            p = Path(path)
+            if not p.exists():
+                raise DsPruneError(f"{role} not found: {p}")
+            models[role] = load_encoder(args, path)
+            prints[role] = fingerprint(p.parent if path.endswith(".gguf") else p)
+        res = speed.bench(models, docs, queries, args.doc_batch, args.doc_len, args.query_batch, args.query_len,
+                          args.repeats, args.warmup, args.compile)
+        threads = torch.get_num_threads()
     doc = {"model": str(Path(args.model).resolve()), "baseline": str(Path(args.baseline).resolve()),
-           "fingerprint": prints, "data": str(folder), "threads": torch.get_num_threads(),
+           "fingerprint": prints, "data": str(folder), "threads": threads,
            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "torch": torch.__version__,
            "settings": dataclasses.asdict(args), **res}
     figures = {k: res[k]["speedup"] for k in ("document", "query")}

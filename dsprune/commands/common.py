@@ -1,27 +1,37 @@
-"""Options every model-reading command shares, and the one way they turn into an Encoder."""
+"""Options several commands share, declared once, and the one way each turns into what the command uses.
+
+``ModelArgs`` is keyword-only so a command's own required options (``--out``, ``--general``, …) may follow
+its defaults; its fields come first in every command's ``--help``.
+"""
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Iterator
 
-from ..encoder import Encoder
 
-
-@dataclass
+@dataclass(kw_only=True)
 class ModelArgs:
     model: str = field(metadata={"help": "HF / sentence-transformers folder, dsprune export, or .gguf file"})
     dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16 | float16"})
     device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
+
+
+@dataclass(kw_only=True)
+class EncoderArgs(ModelArgs):
     pooling: str | None = field(default=None, metadata={"help": "override the encoder's pooling (mean|last|cls)"})
     max_length: int | None = field(default=None, metadata={"help": "override the encoder's max length"})
 
 
-def load_encoder(args: ModelArgs) -> Encoder:
-    enc = Encoder.load(args.model, dtype=args.dtype, device=args.device)
-    if args.pooling is not None:
-        enc.config.pooling = args.pooling
-        enc.config.__post_init__()
-    if args.max_length is not None:
-        enc.config.max_length = args.max_length
+def load_encoder(args: ModelArgs, path: str | None = None, **overrides):
+    """``args.model`` (or ``path``) as an Encoder; ``overrides`` replace encoder settings (None = keep)."""
+    from ..encoder import Encoder
+
+    enc = Encoder.load(args.model if path is None else path, dtype=args.dtype, device=args.device)
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if overrides:
+        enc.config = dataclasses.replace(enc.config, **overrides)   # checked like a loaded config
     return enc
 
 
@@ -44,3 +54,20 @@ def calibration_texts(args: CalibArgs) -> list[str]:
     if args.calib:
         return load_texts(args.calib, args.n_samples, args.seed)
     return default_calibration(args.n_samples, args.seed)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` torch threads (None or 0: as they are), then restore the previous number, so a
+    command run in-process (tests, the demo) leaves its caller's setting alone."""
+    if not n:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

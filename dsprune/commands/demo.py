@@ -14,12 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import formats
-from ..data import load_beir
-from ..encoder import Encoder
 from ..errors import DsPruneError
-from ..packaged import PACKAGED, resolve
-from ..settings import data_dir
-from ..surgery.prune import count_params, drop_sublayers
 from . import drop as drop_cmd
 from . import score as score_cmd
 
@@ -46,8 +41,13 @@ print("RESULT " + json.dumps({"class": type(model).__name__, "params": sum(p.num
 
 
 def run(args: Args) -> int:
-    out = Path(args.out)
-    formats.check_output(out, args.overwrite)
+    from ..data import load_beir
+    from ..encoder import Encoder
+    from ..packaged import PACKAGED, resolve
+    from ..settings import data_dir
+    from ..surgery.prune import count_params, drop_sublayers
+
+    out = formats.check_output(args.out, args.overwrite)
     model = str(resolve(args.model)) if args.model in PACKAGED else args.model
     t_start = time.perf_counter()
     with formats.output_dir(out, args.overwrite) as tmp:

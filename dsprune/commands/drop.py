@@ -6,16 +6,14 @@ from pathlib import Path
 
 from .. import formats
 from ..errors import DsPruneError
+from ..importance import methods
 from ..importance.drop_plan import DropRequest, plan_iterative, plan_one_shot
-from ..importance.layer_cosine import score_layers
-from ..report.heatmap import drop_order_heatmap
-from ..surgery.prune import count_params, drop_sublayers, export, num_layers, structure
-from .common import CalibArgs, ModelArgs, calibration_texts, load_encoder
+from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
 from .score import compute_scores
 
 
 @dataclass
-class Args(CalibArgs, ModelArgs):
+class Args(CalibArgs, EncoderArgs):
     out: str = field(default="out/drop", metadata={"help": "export folder"})
     overwrite: bool = False
     scores: str | None = field(default=None, metadata={"help": "scores.json (or its folder) from `dsprune score`;"
@@ -28,13 +26,16 @@ class Args(CalibArgs, ModelArgs):
 
 
 def run(args: Args) -> int:
+    from ..report.heatmap import drop_order_heatmap
+    from ..surgery.prune import count_params, drop_sublayers, export, num_layers, structure
+
     req = DropRequest(mlp=args.drop_mlp, attn=args.drop_attn, blocks=args.drop_blocks, last=args.drop_last)
     formats.check_output(args.out, args.overwrite)
     scores_doc = formats.read_scores(args.scores) if args.scores else None
     texts = None
     if args.iterative or (scores_doc is None and (req.mlp or req.attn or req.blocks)):
         texts = calibration_texts(args)
-    enc = load_encoder(args)
+    enc = load_encoder(args, pooling=args.pooling, max_length=args.max_length)
     n = num_layers(enc)
     before = structure(enc)
     gone_attn, gone_mlp = set(before["drop_attn"]), set(before["drop_mlp"])
@@ -43,7 +44,8 @@ def run(args: Args) -> int:
     figures: dict = {}
     if args.iterative:
         plan, history = plan_iterative(
-            lambda: score_layers(enc, texts, args.batch_size, args.calib_max_length, show_progress=False),
+            lambda: methods.get("cosine", "sublayer")(enc, texts, args.batch_size, args.calib_max_length,
+                                                      show_progress=False),
             lambda a, m: drop_sublayers(enc, a, m), n, req, gone_attn, gone_mlp)
         scores = history[0] if history else None
     else:

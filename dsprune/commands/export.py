@@ -8,32 +8,28 @@ trust_remote_code=True)`` and with sentence-transformers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
+from .. import formats
 from ..errors import DsPruneError
+from .common import ModelArgs, load_encoder
 
 
 @dataclass
-class Args:
-    model: str = field(metadata={"help": "model to export (HF / sentence-transformers / dsprune export / .gguf)"})
+class Args(ModelArgs):
     out: str = field(metadata={"help": "output folder"})
     mask: Optional[str] = field(default=None, metadata={"help": "mask folder (mask.safetensors + mask.json)"})
-    dtype: str = "float32"
-    device: str = "cpu"
     overwrite: bool = False
 
 
 def run(args: Args) -> int:
-    from ..encoder import Encoder
     from ..surgery import prune
     from ..surgery.mask import apply_mask_dir, manifest_entry
 
     if args.mask is None:
         raise DsPruneError("--mask is required (a folder written by `dsprune prune` or `dsprune mask`)")
-    if Path(args.out).exists() and not args.overwrite:  # fail before loading anything
-        raise DsPruneError(f"output folder exists: {args.out} (pass --overwrite to replace it)")
-    enc = Encoder.load(args.model, dtype=args.dtype, device=args.device)
+    formats.check_output(args.out, args.overwrite)          # fail before loading anything
+    enc = load_encoder(args)
     before = prune.count_params(enc.model)
     applied = apply_mask_dir(enc, args.mask)
     meta = applied.pop("meta")

@@ -11,13 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import torch
-
 from .. import formats
 from ..errors import DsPruneError
-from ..importance import slim
-from ..report.widths import plot_widths
-from ..surgery import gates as gates_mod
+from ..importance import methods, slim
 
 
 @dataclass
@@ -39,10 +35,16 @@ class Args:
 
 
 def run(args: Args) -> int:
+    import torch
+
+    from ..report.widths import plot_widths
+    from ..surgery.gates import load_gates
+
     slim.check_ratio(args.ratio)
     formats.check_output(args.out, args.overwrite)
-    values, meta = gates_mod.load_gates(args.gates)
-    keep = slim.global_mask(values, args.ratio, args.min_per_layer)
+    values, meta = load_gates(args.gates)
+    importance = methods.get("gates", "neuron")(values)
+    keep = slim.global_mask(importance, args.ratio, args.min_per_layer)
     widths = {i: int(m.sum()) for i, m in keep.items()}
     full = {i: int(m.numel()) for i, m in keep.items()}
     total, kept = sum(full.values()), sum(widths.values())
@@ -58,7 +60,7 @@ def run(args: Args) -> int:
         if abs(r - args.ratio) < 1e-12:
             continue
         try:
-            m = slim.global_mask(values, r, args.min_per_layer)
+            m = slim.global_mask(importance, r, args.min_per_layer)
         except DsPruneError:  # a reference ratio that empties a layer is simply not drawn
             continue
         extra_widths[float(r)] = {i: int(v.sum()) for i, v in m.items()}
@@ -87,7 +89,9 @@ def run(args: Args) -> int:
     return 0
 
 
-def _params_after(model: str, keep: dict[int, torch.Tensor], scale) -> dict:
+def _params_after(model: str, keep: dict, scale) -> dict:
+    import torch
+
     from ..encoder import Encoder
     from ..surgery.mask import apply_mask
     from ..surgery.prune import count_params, intermediate_sizes

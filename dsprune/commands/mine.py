@@ -8,16 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import formats
-from ..encoder import Encoder
 from ..errors import DsPruneError
 from ..settings import data_dir
+from .common import ModelArgs, load_encoder
 
 GROUPS = "groups.jsonl"
 
 
 @dataclass
-class Args:
-    model: str = field(metadata={"help": "miner: any Encoder (HF / sentence-transformers folder, export, .gguf)"})
+class Args(ModelArgs):
     data: str = field(metadata={"help": "BEIR folder (or a name under the shared data, e.g. scifact)"})
     out: str = field(default="out/mine", metadata={"help": f"output folder ({GROUPS} + manifest.json)"})
     overwrite: bool = False
@@ -30,23 +29,18 @@ class Args:
     max_queries: int = field(default=0, metadata={"help": "mine at most this many queries (0 = all)"})
     max_length: int | None = field(default=None, metadata={"help": "override the miner's max length"})
     batch_size: int = 32
-    dtype: str = "float32"
-    device: str = "cpu"
     seed: int = 0
 
 
 def run(args: Args) -> int:
     from ..train.mine import mine_groups
 
-    if Path(args.out).exists() and not args.overwrite:
-        raise DsPruneError(f"output folder exists: {args.out} (pass --overwrite to replace it)")
+    formats.check_output(args.out, args.overwrite)
     folder = Path(args.data) if Path(args.data).exists() else data_dir(args.data)
     if not folder.is_dir():
         raise DsPruneError(f"BEIR folder not found: {args.data}")
     t0 = time.time()
-    enc = Encoder.load(args.model, dtype=args.dtype, device=args.device)
-    if args.max_length:
-        enc.config.max_length = args.max_length
+    enc = load_encoder(args, max_length=args.max_length or None)
     groups, stats = mine_groups(enc, folder, args.split, args.n_negatives, args.rank_start, args.rank_end,
                                 args.seed, args.with_scores, args.score_scale, args.batch_size, args.max_queries)
     with formats.output_dir(args.out, args.overwrite) as tmp:

@@ -5,13 +5,13 @@ from dataclasses import dataclass, field
 
 from .. import formats
 from ..errors import DsPruneError
+from .common import ModelArgs, load_encoder
 
 TRIPLETS = "triplets.jsonl"
 
 
 @dataclass
-class Args:
-    model: str = field(metadata={"help": "encoder that embeds the queries (any dsprune-loadable model)"})
+class Args(ModelArgs):
     input: list[str] = field(metadata={"help": "triplet sources: JSONL files or BEIR folders as DIR[:split]"})
     out: str = field(metadata={"help": "output folder (triplets.jsonl + manifest.json)"})
     k: int = field(default=5000, metadata={"help": "clusters; capped at the number of triplets"})
@@ -19,13 +19,10 @@ class Args:
     seed: int = 0
     batch_size: int = 32
     max_length: int = field(default=128, metadata={"help": "query truncation for the embedding"})
-    dtype: str = "float32"
-    device: str = "cpu"
     overwrite: bool = False
 
 
 def run(args: Args) -> int:
-    from ..encoder import Encoder
     from ..importance.sampling import representative_indices
     from ..importance.triplets import load_triplets, write_triplets
 
@@ -33,7 +30,7 @@ def run(args: Args) -> int:
         raise DsPruneError("--k and --iters must be at least 1")
     triplets = load_triplets(args.input, seed=args.seed)
     queries = [t.query for t in triplets]
-    enc = Encoder.load(args.model, dtype=args.dtype, device=args.device)
+    enc = load_encoder(args)
     emb = enc.encode(queries, kind="query", batch_size=args.batch_size, max_length=args.max_length)
     idx = representative_indices(emb, args.k, args.iters, args.seed)
     with formats.output_dir(args.out, args.overwrite) as tmp:

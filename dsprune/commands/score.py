@@ -6,22 +6,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import formats
-from ..importance.layer_cosine import plain_forward_seconds, score_layers
-from ..report.heatmap import drop_order_heatmap
-from ..surgery.prune import num_layers
-from .common import CalibArgs, ModelArgs, calibration_texts, load_encoder
+from ..importance import methods
+from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
 
 
 @dataclass
-class Args(CalibArgs, ModelArgs):
+class Args(CalibArgs, EncoderArgs):
     out: str = field(default="out/score", metadata={"help": "output folder"})
     overwrite: bool = False
     compare_forward: bool = field(default=False, metadata={"help": "also time one plain forward pass"})
 
 
 def compute_scores(enc, texts, args) -> tuple[dict, dict]:
+    """1 − cos of every sub-layer, with how long scoring took (and, asked, how long a plain forward takes)."""
+    from ..importance.layer_cosine import plain_forward_seconds
+
     t0 = time.perf_counter()
-    scores = score_layers(enc, texts, args.batch_size, args.calib_max_length)
+    scores = methods.get("cosine", "sublayer")(enc, texts, args.batch_size, args.calib_max_length)
     figures = {"scoring_seconds": round(time.perf_counter() - t0, 3), "n_texts": len(texts)}
     if getattr(args, "compare_forward", False):
         fwd = plain_forward_seconds(enc, texts, args.batch_size, args.calib_max_length)
@@ -31,9 +32,12 @@ def compute_scores(enc, texts, args) -> tuple[dict, dict]:
 
 
 def run(args: Args) -> int:
+    from ..report.heatmap import drop_order_heatmap
+    from ..surgery.prune import num_layers
+
     texts = calibration_texts(args)           # bad calibration input fails before the model loads
     formats.check_output(args.out, args.overwrite)
-    enc = load_encoder(args)
+    enc = load_encoder(args, pooling=args.pooling, max_length=args.max_length)
     n = num_layers(enc)
     scores, figures = compute_scores(enc, texts, args)
     with formats.output_dir(args.out, args.overwrite) as tmp:

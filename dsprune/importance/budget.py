@@ -76,7 +76,7 @@ def keep_top(scores: dict[str, torch.Tensor], sparsity: float, scope: str = "glo
             groups[None].append(name)
         else:
             if layer_of is None:
-                from ..surgery.mask import layer_of as _lo
+                from ..arch import layer_of as _lo
                 layer_of = _lo
             groups[layer_of(name)].append(name)
     out = {}
@@ -157,3 +157,31 @@ def keep_top_neurons(scores: dict[int, torch.Tensor], sparsity: float, scope: st
         out[l] = keep[off:off + n].clone()
         off += n
     return out
+
+
+# ---- the mask a method's scores give ------------------------------------------------------------------
+
+def mask_from_scores(scores: dict[str, torch.Tensor], sparsity: float, scope: str, structured: bool = False,
+                     mlp_names: dict[int, tuple] | None = None, neuron_agg: str = "sum"
+                     ) -> tuple[dict[str, torch.Tensor], str, dict[int, float]]:
+    """Mask tensors in the shared format, its kind, and the fraction pruned per layer (original numbering).
+
+    Unstructured: one bool tensor per scored weight. Structured: per-weight scores summed per MLP neuron
+    (``neuron_scores``), one bool tensor per layer under ``mlp.<layer>``; needs ``mlp_names``.
+    """
+    from ..formats import mlp_key
+
+    if structured:
+        keep = keep_top_neurons(neuron_scores(scores, mlp_names, neuron_agg), sparsity, scope)
+        return ({mlp_key(l): k for l, k in keep.items()}, "structured",
+                {l: 1 - float(k.float().mean()) for l, k in keep.items()})
+    from ..arch import layer_of
+
+    tensors = keep_top(scores, sparsity, scope)
+    pruned: dict[int, int] = {}
+    total: dict[int, int] = {}
+    for n, m in tensors.items():
+        l = layer_of(n)
+        pruned[l] = pruned.get(l, 0) + int((~m).sum())
+        total[l] = total.get(l, 0) + m.numel()
+    return tensors, "unstructured", {l: pruned[l] / total[l] for l in total}

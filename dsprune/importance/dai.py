@@ -20,15 +20,13 @@ clamp(1 + α·s, 0.8, 1.2) + γ·√(|θ| + 1e-8)) — γ outside the modulation
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 
 from ..errors import DsPruneError
-
-ALIGNMENTS = ("consistency", "sign", "tensor")
-VARIANTS = ("paper", "reference")
 
 # Files written by ``dsprune dai``: one safetensors per statistic, keys = weight names (backbone-relative).
 STAT_FILES = {
@@ -39,36 +37,116 @@ STAT_FILES = {
     "alignment": "alignment.safetensors",
     "dai": "dai.safetensors",
 }
+Allreduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _consistency(g_gen, g_dom, f_gen, f_dom, eps, allreduce):
+    return g_gen * g_dom / (torch.sqrt(f_gen) * torch.sqrt(f_dom) + eps)
+
+
+def _sign(g_gen, g_dom, f_gen, f_dom, eps, allreduce):
+    return g_gen * g_dom / (g_gen.abs() * g_dom.abs() + eps)
+
+
+def _tensor(g_gen, g_dom, f_gen, f_dom, eps, allreduce):
+    sums = torch.stack([(g_gen * g_dom).sum(), (g_gen * g_gen).sum(), (g_dom * g_dom).sum()]).double()
+    if allreduce is not None:
+        sums = allreduce(sums)
+    cos = sums[0] / (torch.sqrt(sums[1]) * torch.sqrt(sums[2]) + eps)
+    return torch.full_like(g_gen, float(cos))
+
+
+def _paper(net, mag, s, alpha, gamma):
+    return (net + gamma * torch.sqrt(mag)) * (1.0 + alpha * s.float())
+
+
+def _reference(net, mag, s, alpha, gamma):
+    factor = torch.clamp(1.0 + alpha * s.float(), 0.8, 1.2)
+    return torch.nn.functional.softplus(net * factor + gamma * torch.sqrt(mag + 1e-8))
+
+
+# DAI's modes by name: how the alignment s is read (the module docstring), and how Eq. 5 combines the terms.
+ALIGNMENTS = {"consistency": _consistency, "sign": _sign, "tensor": _tensor}
+VARIANTS = {"paper": _paper, "reference": _reference}
+
+
+def _mode(table: dict, name: str, what: str):
+    if name not in table:
+        raise DsPruneError(f"dai.{what} must be one of {', '.join(table)}, not {name!r}")
+    return table[name]
 
 
 def alignment(g_gen: torch.Tensor, g_dom: torch.Tensor, f_gen: torch.Tensor, f_dom: torch.Tensor,
-              how: str = "consistency", eps: float = 1e-8,
-              allreduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+              how: str = "consistency", eps: float = 1e-8, allreduce: Allreduce | None = None) -> torch.Tensor:
     """Per-weight alignment s ∈ [−1, 1] (see the module docstring). Inputs may be shards of one weight."""
-    if how == "consistency":
-        return g_gen * g_dom / (torch.sqrt(f_gen) * torch.sqrt(f_dom) + eps)
-    if how == "sign":
-        return g_gen * g_dom / (g_gen.abs() * g_dom.abs() + eps)
-    if how == "tensor":
-        sums = torch.stack([(g_gen * g_dom).sum(), (g_gen * g_gen).sum(), (g_dom * g_dom).sum()]).double()
-        if allreduce is not None:
-            sums = allreduce(sums)
-        cos = sums[0] / (torch.sqrt(sums[1]) * torch.sqrt(sums[2]) + eps)
-        return torch.full_like(g_gen, float(cos))
-    raise DsPruneError(f"dai.alignment must be one of {', '.join(ALIGNMENTS)}, not {how!r}")
+    return _mode(ALIGNMENTS, how, "alignment")(g_gen, g_dom, f_gen, f_dom, eps, allreduce)
 
 
 def dai_score(f_dom: torch.Tensor, f_gen: torch.Tensor, theta: torch.Tensor, s: torch.Tensor,
               alpha: float = 0.2, beta: float = 1.0, gamma: float = 0.5, variant: str = "paper") -> torch.Tensor:
     """Eq. 5 element-wise, in fp32."""
+    combine = _mode(VARIANTS, variant, "variant")
     mag = theta.float().abs()
-    net = (f_dom.float() - beta * f_gen.float()) * mag
-    if variant == "paper":
-        return (net + gamma * torch.sqrt(mag)) * (1.0 + alpha * s.float())
-    if variant == "reference":
-        factor = torch.clamp(1.0 + alpha * s.float(), 0.8, 1.2)
-        return torch.nn.functional.softplus(net * factor + gamma * torch.sqrt(mag + 1e-8))
-    raise DsPruneError(f"dai.variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
+    return combine((f_dom.float() - beta * f_gen.float()) * mag, mag, s, alpha, gamma)
+
+
+@dataclass(frozen=True)
+class DaiParams:
+    """Eq. 5's hyperparameters and modes. ``fisher_scale`` multiplies both Fisher terms: a number (1 is the
+    paper), or ``balanced`` to give the Fisher term the same mean size as γ√|θ| — on real models F is tiny and
+    Eq. 5 is then magnitude modulated by alignment, and the balanced scale shows what the Fisher term adds."""
+
+    alpha: float = 0.2
+    beta: float = 1.0
+    gamma: float = 0.5
+    alignment: str = "consistency"
+    variant: str = "paper"
+    fisher_scale: str | float = "1"
+    eps: float = 1e-8
+
+    def check(self) -> "DaiParams":
+        """The option names of ``dsprune dai`` in the messages: they are what the user typed."""
+        if self.alignment not in ALIGNMENTS:
+            raise DsPruneError(f"--alignment must be one of {', '.join(ALIGNMENTS)}, not {self.alignment!r}")
+        if self.variant not in VARIANTS:
+            raise DsPruneError(f"--variant must be one of {', '.join(VARIANTS)}, not {self.variant!r}")
+        if self.fisher_scale != "balanced":
+            try:
+                float(self.fisher_scale)
+            except ValueError:
+                raise DsPruneError(f"--fisher_scale must be a number or 'balanced', not {self.fisher_scale!r}") from None
+        return self
+
+
+@dataclass
+class DaiResult:
+    alignment: dict[str, torch.Tensor]
+    dai: dict[str, torch.Tensor]
+    fisher_ratio: float | None        # mean |Fisher term| / mean γ√|θ| before scaling (None: no magnitude term)
+    fisher_scale: float               # the scale applied to both Fisher terms
+
+
+def compute(names: Iterable[str], f_gen: dict, f_dom: dict, g_gen: dict, g_dom: dict,
+            theta: Callable[[str], torch.Tensor], p: DaiParams, allreduce: Allreduce | None = None) -> DaiResult:
+    """Alignment and DAI of every weight in ``names``: the one place Eq. 5 is evaluated, for the statistics
+    ``dsprune dai`` has just accumulated (shards, with ``allreduce`` summing across ranks) and for the ones it
+    saved (whole tensors). ``theta(name)`` gives the weight's values in the statistics' layout."""
+    names = list(names)
+    reduce = allreduce or (lambda t: t)
+    sums = torch.zeros(2, dtype=torch.float64)
+    for n in names:
+        th = theta(n).float().abs()
+        sums[0] += ((f_dom[n] - p.beta * f_gen[n]) * th).abs().double().sum()
+        sums[1] += (p.gamma * th.sqrt()).double().sum()
+    sums = reduce(sums)
+    ratio = float(sums[0] / sums[1]) if sums[1] > 0 else None
+    scale = (1.0 / ratio if ratio else 1.0) if p.fisher_scale == "balanced" else float(p.fisher_scale)
+    align, dai = {}, {}
+    for n in names:
+        align[n] = alignment(g_gen[n], g_dom[n], f_gen[n], f_dom[n], p.alignment, p.eps, allreduce)
+        dai[n] = dai_score(scale * f_dom[n], scale * f_gen[n], theta(n), align[n], p.alpha, p.beta, p.gamma,
+                           p.variant)
+    return DaiResult(align, dai, ratio, scale)
 
 
 def read_stat(folder: str | Path, stat: str) -> dict[str, torch.Tensor]:
@@ -84,13 +162,6 @@ def read_stat(folder: str | Path, stat: str) -> dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
-def fisher_balance(f_dom: dict, f_gen: dict, theta: dict, beta: float, gamma: float) -> float:
-    """mean |(F_dom − β·F_gen)·|θ|| / mean γ·√|θ| over all scored weights (full tensors)."""
-    num = sum(float(((f_dom[n] - beta * f_gen[n]) * theta[n].float().abs()).abs().double().sum()) for n in theta)
-    den = sum(float((gamma * theta[n].float().abs().sqrt()).double().sum()) for n in theta)
-    return num / den if den > 0 else 0.0
-
-
 def dai_from_stats(folder: str | Path, theta: dict[str, torch.Tensor], alpha: float, beta: float, gamma: float,
                    alignment_how: str = "consistency", variant: str = "paper", fisher_scale: str | float = 1.0,
                    eps: float = 1e-8) -> dict[str, torch.Tensor]:
@@ -102,13 +173,5 @@ def dai_from_stats(folder: str | Path, theta: dict[str, torch.Tensor], alpha: fl
     missing = [n for n in theta if n not in f_dom]
     if missing:
         raise DsPruneError(f"{folder}: no statistics for {missing[0]!r}")
-    if fisher_scale == "balanced":
-        r = fisher_balance(f_dom, f_gen, theta, beta, gamma)
-        scale = 1.0 / r if r > 0 else 1.0
-    else:
-        scale = float(fisher_scale)
-    out = {}
-    for n, w in theta.items():
-        s = alignment(g_gen[n], g_dom[n], f_gen[n], f_dom[n], alignment_how, eps)
-        out[n] = dai_score(scale * f_dom[n], scale * f_gen[n], w, s, alpha, beta, gamma, variant)
-    return out
+    p = DaiParams(alpha, beta, gamma, alignment_how, variant, fisher_scale, eps)
+    return compute(theta, f_gen, f_dom, g_gen, g_dom, theta.__getitem__, p).dai
