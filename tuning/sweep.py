@@ -7,9 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, when not pip-installed
-
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, when not pip-installed
     from dsprune.cli import main
 
     sys.exit(main(["tune", *sys.argv[1:]]))

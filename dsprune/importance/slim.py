@@ -2,7 +2,7 @@
 
 Penalty (EffiR Appendix A.1): the sigmoid surrogate of the ℓ0 norm, σ(β|z|), β = 5. The paper sums it
 over all gates and weights it with λ = 1e-8; with ~10⁴–10⁵ gates each then gets a gradient of ~1e-10
-against InfoNCE gradients many decades larger, so the gates do not move (PLATFORM.md). Here the penalty
+against InfoNCE gradients many decades larger, so the gates do not move. Here the penalty
 is the **mean** over all gates — the soft fraction of active neurons, between 0.5 and 1 — so λ weighs
 "fraction of the MLP kept" against the InfoNCE loss and means the same for any model size. The paper's
 summed form is ``normalise="sum"``.
@@ -21,11 +21,10 @@ from ..errors import DsPruneError
 from ..formats import mlp_key
 
 BETA = 5.0
-# λ for the mean-normalised penalty. A gate then feels λ/N·β·σ'(β|z|) — at z = 1 (σ' saturated) that is
-# λ·0.033/N. Measured on SmolLM2 after dropping 15 MLPs (N = 23,040 gates; benchmarks/effir_slim.py): the
-# InfoNCE gradient per gate has median 4e-3 and 10th percentile 3e-4, so λ = 1000 (1.4e-3 per gate) lets
-# the gates with weak retrieval support (~a third) fall — and, σ' growing 37x towards 0, keep falling —
-# while the rest follow InfoNCE. For a model with k times more gates, scale λ by k (or use "sum", λ/N).
+# λ for the mean-normalised penalty. A gate then feels λ/N·β·σ'(β|z|) — at z = 1 that is λ·0.033/N, about
+# 1.4e-3 for λ = 1000 and a SmolLM2 with 15 MLPs left (N ≈ 23k gates): between the InfoNCE gradients of gates
+# that retrieval barely uses and of those it relies on, so the former fall (and, σ' growing towards 0, keep
+# falling) while the latter follow InfoNCE. For a model with k times more gates, scale λ by k (or use "sum").
 LAMBDA = 1000.0
 
 

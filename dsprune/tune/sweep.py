@@ -18,7 +18,7 @@ from pathlib import Path
 from .. import formats
 from ..config import load_config_file
 from ..errors import DsPruneError
-from ..recipe import load_recipe, stage_options
+from ..recipe import check_methods, load_recipe, stage_options
 from ..settings import ray_tmp_dir
 from . import outcome, space
 
@@ -111,6 +111,10 @@ def build(args: Args) -> Sweep:
     _, stages = load_recipe(doc)
     options = {s.name: stage_options(s.command, s.launcher) or set() for s in stages}
     params = space.parse_space(_mapping(args.space, "space"), options)
+    command = {s.name: s.command for s in stages}
+    for p in params:                      # e.g. `prune.method: {choice: [dai, wanda]}` names registered methods
+        for value in p.values if p.kind in ("choice", "grid") else ():
+            check_methods(command[p.stage], {p.option: value}, f"space.{p.name}")
     commands = [s.command for s in stages if s.command]
     for what, metric in [("metric", args.metric)]:
         if metric not in outcome.METRICS:

@@ -8,6 +8,7 @@ DeepSpeed ranks down with it. Every report also goes to the trial's own TensorBo
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -123,8 +124,12 @@ def run_trial(config: dict, spec) -> None:
     """The Ray Tune function trainable (``spec`` is the sweep's ``Sweep``, bound with ``tune.with_parameters``)."""
     from ray import tune
 
-    os.chdir(spec.cwd)  # Ray starts trials in their own folder; the pipeline's relative paths mean the user's
-    trial_dir = Path(spec.out) / "trials" / tune.get_context().get_trial_id()
+    # Ray starts trials in their own folder; the pipeline's relative paths mean the user's
+    with contextlib.chdir(spec.cwd):
+        _run(config, spec, Path(spec.out) / "trials" / tune.get_context().get_trial_id())
+
+
+def _run(config: dict, spec, trial_dir: Path) -> None:
     trial_dir.mkdir(parents=True, exist_ok=True)
     formats.write_text(trial_dir / "config.json", json.dumps(config, indent=1, default=str))
     reporter = Reporter(trial_dir)
