@@ -9,8 +9,8 @@ runs on CPU ranks with gloo and on GPUs with nccl.
 ``train`` runs named phases, in an order chosen so that bad input never costs a DeepSpeed start-up:
 ``check_before_start`` (options, model paths, DeepSpeed config), ``load_data`` (every group read and
 validated), ``set_up`` (process group, schedule, run folder), ``build_engine`` (models, optimizer, DeepSpeed,
-resumed state), then ``train_step`` per optimizer step with ``evaluate`` and ``save_checkpoint`` when due
-(``fit``), and last ``export_model`` and ``save_manifest``. The process itself (allocator, rendezvous
+resumed state), then ``train_step`` per optimizer step with ``evaluate`` and ``engine.save_checkpoint``
+when due (``fit``), and last ``export_model`` and ``save_manifest``. The process itself (allocator, rendezvous
 variables of a plain ``python`` start) is the entry point's to set up: see ``launchers/train.py``.
 """
 from __future__ import annotations
