@@ -46,9 +46,11 @@ SHOWN = ("n_general", "n_domain", "loss_general", "loss_domain", "mean_abs_fishe
 def run(args: Args) -> int:
     from ..importance import gaprune
     from ..importance.dai import DaiParams
+    from ..memory import hold_mmap_threshold
 
     params = DaiParams(args.alpha, args.beta, args.gamma, args.alignment, args.variant, args.fisher_scale,
                        args.eps).check()
+    hold_mmap_threshold()  # per-sample gradients free large blocks all the time (dsprune.memory)
     config = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")}
     done = gaprune.analyse(args, params, config)
     if done is not None:                                    # rank 0

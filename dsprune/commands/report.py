@@ -34,6 +34,7 @@ def run(args: Args) -> int:
         raise DsPruneError("give --out FOLDER")
     if args.speed not in ("document", "query"):
         raise DsPruneError(f"--speed must be document or query, not {args.speed!r}")
+    formats.check_output(args.out, args.overwrite)
     entries = compare.load_entries(args.results, args.bench, args.labels or None)
     ref = 0
     if args.reference is not None:

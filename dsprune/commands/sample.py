@@ -28,6 +28,7 @@ def run(args: Args) -> int:
 
     if args.k < 1 or args.iters < 1:
         raise DsPruneError("--k and --iters must be at least 1")
+    formats.check_output(args.out, args.overwrite)          # fail before embedding anything
     triplets = load_triplets(args.input, seed=args.seed)
     queries = [t.query for t in triplets]
     enc = load_encoder(args)

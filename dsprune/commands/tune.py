@@ -1,16 +1,15 @@
 """`dsprune tune --config tuning/SWEEP.yaml`: a Ray Tune sweep over a pipeline (see ``dsprune.tune.sweep``)."""
 from __future__ import annotations
 
-from ..tune.sweep import Args, run as run_sweep
+from pathlib import Path
+
+from ..tune.sweep import TABLE, Args, run as run_sweep
 
 __all__ = ["Args", "run"]
 
 
 def run(args: Args) -> int:
     summary = run_sweep(args)
-    from pathlib import Path
-
-    from ..tune.sweep import TABLE
     print(Path(args.out, TABLE).read_text())
     c = summary["counts"]
     print(f"{summary['num_trials']} trials: " + ", ".join(f"{n} {s}" for s, n in c.items()))

@@ -1,4 +1,5 @@
-"""Per-weight scores of GAPrune's baselines, ranked by the same ``budget.keep_top`` as DAI.
+"""Per-weight scores of GAPrune's baselines, ranked by the same ``budget.keep_top`` as DAI (registered by
+name in ``importance.methods``).
 
 * random — i.i.d. uniform scores, seeded (GAPrune's "Random Pruning").
 * magnitude — |θ| (Han et al., 2015).
@@ -17,8 +18,6 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..errors import DsPruneError
-
-METHODS = ("dai", "magnitude", "fisher_dom", "fisher_gen", "random", "wanda")
 
 
 def random_scores(weights: dict[str, torch.Tensor], seed: int = 0) -> dict[str, torch.Tensor]:

@@ -38,12 +38,13 @@ def summary(tensors) -> dict:
 def analyse(args, params: D.DaiParams, config: dict) -> tuple[dict, list[str]] | None:
     """Run the analysis with the options of ``dsprune dai`` (``args``) and write ``args.out``; ``config`` is
     recorded in the manifest. Returns the manifest's figures and the scored weights' names on rank 0, None on
-    the other ranks."""
+    the other ranks. The caller, an entry point, holds the allocator's mmap threshold
+    (``memory.hold_mmap_threshold``): per-sample gradients free large blocks all the time."""
     import torch
     from safetensors.torch import save_file
 
     from ..encoder import Encoder
-    from ..memory import current_rss_bytes, hold_mmap_threshold, peak_rss_bytes
+    from ..memory import current_rss_bytes, peak_rss_bytes
     from ..surgery.mask import target_weights
     from ..surgery.prune import count_params
     from .fisher import LocalRunner, ZeroRunner, accumulate
@@ -53,7 +54,6 @@ def analyse(args, params: D.DaiParams, config: dict) -> tuple[dict, list[str]] |
     # Data first: bad triplet files fail before any model is loaded.
     gen = subset(load_triplets(args.general, args.seed), args.max_triplets, args.seed)
     dom = subset(load_triplets(args.domain, args.seed), args.max_triplets, args.seed)
-    hold_mmap_threshold()  # per-sample gradients free large blocks all the time (dsprune.memory)
     rss_before = current_rss_bytes()
     ds_config = formats.read_json(args.deepspeed, "DeepSpeed config") if args.deepspeed else None
 
