@@ -17,9 +17,9 @@ from test_eval_retrieval import write_beir
 def linear_count(enc, seq_len):
     """Independent count: 2 * in * out for every Linear inside the blocks, plus 4 * L * width per attention."""
     total = 0
-    for block in md.layers_of(enc.backbone, enc.family):
+    for block in enc.arch.layers_of(enc.backbone):
         total += sum(2 * m.in_features * m.out_features for m in block.modules() if isinstance(m, torch.nn.Linear))
-        attn = md.get_module(block, md.FAMILIES[enc.family]["attn"])
+        attn = md.get_module(block, enc.arch.attn)
         if not isinstance(attn, md.DroppedAttention):
             cfg = enc.backbone.config
             total += 4 * seq_len * cfg.num_attention_heads * (getattr(cfg, "head_dim", None)

@@ -2,7 +2,7 @@
 
 Hooks read the streams during one ordinary forward pass of the whole model, so every keyword argument a
 layer receives (RoPE ``position_embeddings``, masks, cache flags) is whatever the model itself passes: no
-layer is ever re-called by hand. Per family, the adapter table in ``modeling_dsprune.FAMILIES`` says where
+layer is ever re-called by hand. Per family, its spec in ``dsprune.arch`` says where
 the stream between attention and MLP is read (``mid``): x_in of attention is the block input, x_out the
 mid stream; x_in of the MLP is the mid stream, x_out the block output; the block compares input and output.
 Averages run over real (non-pad) tokens only.
@@ -40,9 +40,8 @@ def score_layers(enc: Encoder, texts: Sequence[str], batch_size: int = 8, max_le
     """
     from tqdm.auto import tqdm
 
-    family = enc.family
-    spec = md.FAMILIES[family]
-    layers = md.layers_of(enc.backbone, family)
+    spec = enc.arch
+    layers = spec.layers_of(enc.backbone)
     n = len(layers)
     streams: dict[tuple[int, str], torch.Tensor] = {}
     handles = []
@@ -55,7 +54,7 @@ def score_layers(enc: Encoder, texts: Sequence[str], batch_size: int = 8, max_le
 
         handles.append(block.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(block.register_forward_hook(post, with_kwargs=True))
-        mid_name, side = spec["mid"]
+        mid_name, side = spec.mid
         mid = md.get_module(block, mid_name)
         if side == "input":
             handles.append(mid.register_forward_pre_hook(
