@@ -21,7 +21,6 @@ from ..data import doc_text
 from ..encoder import Encoder
 from ..errors import DsPruneError
 from ..formats import read_jsonl
-from ..surgery import modeling_dsprune as md
 from ..surgery.prune import count_params, structure
 
 
@@ -48,11 +47,10 @@ def _attended_length(cfg, layer: int, seq_len: int) -> int:
 def flops_per_token(enc: Encoder, seq_len: int) -> dict:
     """Forward FLOPs per token at ``seq_len``, split into attention projections, attention scores, MLP."""
     cfg = enc.backbone.config
-    family = enc.family
     st = structure(enc)
     h = int(cfg.hidden_size)
     heads, kv, hd = _attn_dims(cfg)
-    gated = md.FAMILIES[family]["gate"] is not None
+    gated = enc.arch.gate is not None
     dropped_attn = set(st["drop_attn"])
     proj = scores = mlp = 0
     for layer, width in enumerate(st["intermediate_sizes"]):
@@ -67,7 +65,7 @@ def flops_per_token(enc: Encoder, seq_len: int) -> dict:
 
 
 def non_embedding_params(enc: Encoder) -> int:
-    return count_params(md.layers_of(enc.backbone, enc.family))
+    return count_params(enc.arch.layers_of(enc.backbone))
 
 
 # ---- inputs ----------------------------------------------------------------------------------------------
