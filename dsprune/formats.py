@@ -103,13 +103,18 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DsPruneError(f"{path}: line {n}: malformed JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DsPruneError(f"{path}: line {n}: expected a JSON object, got {type(row).__name__}")
-            yield n, row
+            yield n, json_object(line, f"{path}: line {n}")
+
+
+def json_object(text: str, where: str) -> dict:
+    """One JSON object from text; anything else is one error naming where the text came from."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DsPruneError(f"{where}: malformed JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise DsPruneError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    return obj
 
 
 def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> list[dict]:

@@ -6,11 +6,11 @@ or a model exists, so a bad config fails in a second, not after DeepSpeed has st
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DsPruneError
+from ..formats import json_object
 from ..settings import REPO_ROOT
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -115,13 +115,7 @@ def as_mapping(value, what: str) -> dict:
         return {}
     if isinstance(value, dict):
         return value
-    try:
-        out = json.loads(value)
-    except json.JSONDecodeError as e:
-        raise DsPruneError(f"{what}: not valid JSON ({e.msg}): {value!r}") from None
-    if not isinstance(out, dict):
-        raise DsPruneError(f"{what}: expected a mapping, got {type(out).__name__}")
-    return out
+    return json_object(value, f"{what} ({value!r})")
 
 
 def resolve_path(path: str) -> Path:
