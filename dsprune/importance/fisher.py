@@ -30,7 +30,7 @@ matrices: 0.59 of SmolLM2-135M, ≈0.65 of a 7B decoder) and W ranks:
   * ``LocalRunner``: parameters P, gradients t·P, accumulators 4t·P, alignment and DAI 2t·P — (1 + 7t)·P,
     ≈ 5.1·P for SmolLM2's MLPs.
 ``dsprune dai`` records the measured peak RSS per rank beside P in its manifest, and the peak minus the
-RSS before the model was loaded (the libraries' share, ~0.4 GB here) as a multiple of P.
+RSS before the model was loaded (the libraries' share) as a multiple of P.
 """
 from __future__ import annotations
 
