@@ -64,6 +64,9 @@ class TrainingArgs:
     max_grad_norm: float = 1.0
     gradient_checkpointing: bool = field(default=False, metadata={
         "help": "recompute layer activations in backward: far less memory for ~30% more compute"})
+    grad_cache_chunk: int = field(default=0, metadata={
+        "help": "gradient cache: embed the micro-batch N texts at a time, so in-batch losses over large batches "
+                "need one chunk's activations (a second forward pass per chunk; 0 = off)"})
     max_steps: int = field(default=0, metadata={"help": "optimizer steps (0 = num_epochs over the data)"})
     num_epochs: float = 1.0
     seed: int = 42
@@ -132,11 +135,13 @@ def validate(args: TrainArgs) -> None:
         if not cond:
             raise DsPruneError(msg)
 
-    need(bool(args.train_data), "train_data: give at least one training file or BEIR folder")
+    need(bool(args.train_data) or bool(getattr(args, "distill_data", None)),
+         "train_data: give at least one training file or BEIR folder")
     need(args.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}, not {args.dtype!r}")
     need(args.group_size >= 2, f"group_size must be at least 2 (a positive and a negative), not {args.group_size}")
     need(args.per_device_batch_size >= 1, "per_device_batch_size must be at least 1")
     need(args.gradient_accumulation_steps >= 1, "gradient_accumulation_steps must be at least 1")
+    need(args.grad_cache_chunk >= 0, f"grad_cache_chunk must be >= 0 (0 = off), not {args.grad_cache_chunk}")
     need(args.learning_rate > 0, f"learning_rate must be positive, not {args.learning_rate}")
     need(args.temperature > 0, f"temperature must be positive, not {args.temperature}")
     need(args.teacher_temperature > 0, f"teacher_temperature must be positive, not {args.teacher_temperature}")

@@ -6,6 +6,11 @@ before DeepSpeed wraps the model), ``param_groups`` (groups with their own learn
 slice masked neurons). Device, dtype and process-group backend come from the arguments; the same code
 runs on CPU ranks with gloo and on GPUs with nccl.
 
+Stages that bring their own data and loss (self-distillation, ``train/distill.py``) also pass ``load_data``
+(their examples instead of training groups), ``after_set_up`` (work that needs the process group but no
+model, e.g. a teacher's embeddings) and ``micro_batch`` (inputs to embed and the loss on their embeddings).
+With ``--grad_cache_chunk`` every stage's in-batch loss is backpropagated chunk by chunk (``gradcache``).
+
 ``train`` runs named phases, in an order chosen so that bad input never costs a DeepSpeed start-up:
 ``check_before_start`` (options, model paths, DeepSpeed config), ``load_data`` (every group read and
 validated), ``set_up`` (process group, schedule, run folder), ``build_engine`` (models, optimizer, DeepSpeed,
@@ -31,9 +36,10 @@ from ..errors import DsPruneError
 from ..losses import info_nce, kl_distill
 from ..memory import peak_rss_bytes
 from . import engine as ds
+from . import gradcache
 from . import lora as lora_mod
 from .arguments import TrainArgs, as_mapping, resolve_path, validate
-from .data import Collator, Group, Schedule, load_groups
+from .data import Collator, Schedule, load_groups
 from .runlog import RunLog
 
 CKPT = "checkpoints"
@@ -41,7 +47,7 @@ ARGS_FILE = "train_args.json"
 # options that may change between a run and its resumption (they do not change what is computed)
 RESUMABLE = {"resume", "overwrite", "save_steps", "save_total_limit", "logging_steps", "eval_task", "eval_steps",
              "eval_split", "eval_max_queries", "eval_max_docs", "eval_batch_size", "export", "scaled_settings",
-             "output_dir"}
+             "output_dir", "grad_cache_chunk"}
 
 
 @dataclass
@@ -53,6 +59,9 @@ class Hooks:
     extra_loss: Callable[[Encoder, int], "torch.Tensor | tuple[torch.Tensor, dict]"] | None = None
     after_step: Callable[[object, int, dict], None] | None = None
     before_export: Callable[[Encoder], None] | None = None
+    load_data: Callable[[TrainArgs], list] | None = None
+    after_set_up: Callable[["Run"], None] | None = None
+    micro_batch: Callable[["Run", "Models", int, int], "MicroBatch"] | None = None
     stage: str = "train"
     manifest_extra: dict = field(default_factory=dict)
     export_extra: dict = field(default_factory=dict)     # entries of the exported model's manifest (e.g. its mask)
@@ -67,7 +76,7 @@ class Run:
     rank: int
     world: int
     device: str
-    groups: list[Group]
+    groups: list            # training groups, or a stage's own examples (``Hooks.load_data``)
     schedule: Schedule
     max_steps: int
     out: Path
@@ -123,14 +132,16 @@ def check_before_start(args: TrainArgs) -> None:
 
 
 # ---- data and set-up -----------------------------------------------------------------------------------------
-def load_data(args: TrainArgs) -> list[Group]:
+def load_data(args: TrainArgs, hooks: Hooks | None = None) -> list:
     """Every training group, validated (with teacher scores where KL has no teacher model)."""
+    if hooks is not None and hooks.load_data:
+        return hooks.load_data(args)
     need_scores = args.kl_weight > 0 and not args.teacher
     return load_groups(args.train_data, args.beir_split, args.beir_random_negatives, args.seed,
                        args.max_examples, need_scores)
 
 
-def set_up(args: TrainArgs, hooks: Hooks, groups: list[Group]) -> Run:
+def set_up(args: TrainArgs, hooks: Hooks, groups: list) -> Run:
     """Join the process group, fix the schedule, and make the run folder (rank 0) with its arguments."""
     rank, world, device = ds.start_process_group(args)
     schedule = Schedule(len(groups), args.per_device_batch_size, world, args.gradient_accumulation_steps,
@@ -214,27 +225,56 @@ def teacher_scores(teacher: Encoder, batch: dict, args: TrainArgs) -> torch.Tens
     return torch.einsum("bd,bgd->bg", q, p) / args.temperature
 
 
+@dataclass
+class MicroBatch:
+    """What one micro-batch asks of the model: inputs to embed, in order (None where a micro-batch has none of
+    a kind), the loss on their embeddings (the loss and its parts), and its token count."""
+
+    inputs: list
+    loss: Callable[[list], tuple[torch.Tensor, dict]]
+    tokens: int
+
+
+def contrastive_batch(run: Run, m: Models, step: int, micro: int) -> MicroBatch:
+    """Queries and their groups of passages, with InfoNCE (+ KL) on their embeddings."""
+    args = run.args
+    batch = m.collator(run.schedule.examples(run.groups, args.group_size, step, micro, run.rank))
+    ts = teacher_scores(m.teacher, batch, args) if m.teacher is not None else batch["teacher_scores"]
+    qb, pb = batch["query"], batch["passage"]
+    return MicroBatch([qb, pb], lambda e: contrastive_loss(e[0], e[1], ts, args),
+                      int(qb["attention_mask"].sum() + pb["attention_mask"].sum()))
+
+
 def micro_step(run: Run, m: Models, step: int, micro: int) -> tuple[dict, int]:
     """Forward and backward of one micro-batch: the loss's parts (``total`` the loss) and its tokens."""
-    args, engine, device = run.args, m.engine, run.device
-    batch = m.collator(run.schedule.examples(run.groups, args.group_size, step, micro, run.rank))
+    args, engine, device, hooks = run.args, m.engine, run.device, run.hooks
+    mb = (hooks.micro_batch or contrastive_batch)(run, m, step, micro)
     # dropout (if any) depends only on (seed, step, micro, rank): resumed runs repeat it
-    torch.manual_seed(args.seed * 1_000_003 + step * 1009 + micro * 31 + run.rank)
-    qb, pb = batch["query"], batch["passage"]
-    q = engine(qb["input_ids"].to(device), qb["attention_mask"].to(device))
-    p = engine(pb["input_ids"].to(device), pb["attention_mask"].to(device))
-    ts = teacher_scores(m.teacher, batch, args) if m.teacher is not None else batch["teacher_scores"]
-    loss, parts = contrastive_loss(q, p, ts, args)
-    if run.hooks.extra_loss:
-        extra = run.hooks.extra_loss(m.model, step)
-        extra, extra_logs = extra if isinstance(extra, tuple) else (extra, {})
-        loss = loss + extra
-        parts["extra"] = extra
-        parts.update({k: torch.as_tensor(v) for k, v in extra_logs.items()})
-    engine.backward(loss)
+    seed = args.seed * 1_000_003 + step * 1009 + micro * 31 + run.rank
+    logs: dict = {}
+
+    def extra() -> torch.Tensor:
+        out = hooks.extra_loss(m.model, step)
+        out, extra_logs = out if isinstance(out, tuple) else (out, {})
+        logs["extra"] = out
+        logs.update({k: torch.as_tensor(v) for k, v in extra_logs.items()})
+        return out
+
+    if args.grad_cache_chunk:
+        loss, parts = gradcache.step(engine, mb.inputs, mb.loss, args.grad_cache_chunk, device, seed,
+                                     extra if hooks.extra_loss else None)
+    else:
+        torch.manual_seed(seed)
+        embs = [None if x is None else engine(x["input_ids"].to(device), x["attention_mask"].to(device))
+                for x in mb.inputs]
+        loss, parts = mb.loss(embs)
+        if hooks.extra_loss:
+            loss = loss + extra()
+        engine.backward(loss)
     engine.step()
+    parts.update(logs)
     parts["total"] = loss
-    return parts, int(qb["attention_mask"].sum() + pb["attention_mask"].sum())
+    return parts, mb.tokens
 
 
 def train_step(run: Run, m: Models, step: int) -> tuple[dict, float]:
@@ -327,9 +367,11 @@ def train(args: TrainArgs, hooks: Hooks | None = None, malloc_mmap_threshold: in
     the manifest records."""
     hooks = hooks or Hooks()
     check_before_start(args)
-    groups = load_data(args)
+    groups = load_data(args, hooks)
     t_start = time.time()
     run = set_up(args, hooks, groups)
+    if hooks.after_set_up:
+        hooks.after_set_up(run)
     m = build_engine(run)
     log = RunLog(run.out, m.start, run.rank == 0)
     loop = fit(run, m, log)
