@@ -11,7 +11,7 @@ import sys
 from types import ModuleType
 from typing import NamedTuple
 
-from .commands import bench, dai, demo, drop, eval, export, mask, mine, prune, report, run, sample, score, tune
+from .commands import bench, dai, demo, drop, eval, export, mask, mine, plan, prune, report, run, sample, score, tune
 from .errors import DsPruneError
 
 
@@ -24,6 +24,7 @@ COMMANDS = {
     "demo": Command(demo, "score, drop, export and reload a real small model in minutes"),
     "run": Command(run, "run a recipe (YAML pipeline), resuming finished stages"),
     "score": Command(score, "EffiR layer importance (1 - cos) on calibration text"),
+    "plan": Command(plan, "ask for a FLOP speed-up: drop counts and slimming ratio that reach it"),
     "drop": Command(drop, "drop attention/MLP sub-layers or blocks and export the smaller model"),
     "sample": Command(sample, "GAPrune representative sampling: k-means over query embeddings"),
     "dai": Command(dai, "GAPrune per-sample Fisher, gradient alignment and DAI scores"),

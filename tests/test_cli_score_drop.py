@@ -93,3 +93,15 @@ def test_scores_for_another_model_are_refused(tiny_dirs, tmp_path, capsys):
     assert main(["drop", "--model", str(tiny_dirs["llama"]), "--scores", str(s), "--drop-mlp", "1",
                  "--out", str(tmp_path / "d")]) == 2
     assert "30-layer model" in _err(capsys)
+
+
+def test_protect_on_the_command_line(tiny_dirs, tmp_path, capsys):
+    s = tmp_path / "scores.json"
+    s.write_text(json.dumps({"scores": {"attn": {}, "mlp": {"0": 0.0, "1": 0.1, "2": 0.5, "3": 0.2}, "block": {}},
+                             "order": {}, "num_layers": 4}))
+    base = ["drop", "--model", str(tiny_dirs["llama"]), "--scores", str(s), "--drop-mlp", "2"]
+    assert main(base + ["--protect", "1", "--out", str(tmp_path / "d")]) == 0
+    man = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    assert man["structure"]["drop_mlp"] == [1, 3]
+    assert main(base + ["--protect", "3", "--out", str(tmp_path / "x")]) == 2
+    assert "after protecting the first 3" in _err(capsys) and not (tmp_path / "x").exists()

@@ -85,3 +85,21 @@ def test_iterative_rescoring_differs_from_one_shot_bookkeeping(texts):
     # the first drop is the one-shot choice; each later choice is the minimum of the re-scored model
     assert plan.steps[0]["layer"] == min(history[0]["mlp"], key=history[0]["mlp"].get)
     assert plan.steps[1]["layer"] == min(history[1]["mlp"], key=history[1]["mlp"].get)
+
+
+def test_protect_keeps_the_first_layers_out_of_every_choice():
+    plan = plan_one_shot(SCORES, 4, DropRequest(mlp=1, attn=1, blocks=1, protect=2))
+    assert min(plan.attn + plan.mlp) >= 2 and plan.mlp == [2, 3] and plan.attn == [2, 3]
+    plan, _ = plan_iterative(lambda: SCORES, lambda a, m: None, 4, DropRequest(mlp=1, attn=1, protect=2))
+    assert plan.mlp == [2] and plan.attn == [3]
+
+
+@pytest.mark.parametrize("req,msg", [
+    (DropRequest(mlp=3, protect=2), "drop_mlp 3 is larger than the 2 MLP sub-layers left after protecting the first 2"),
+    (DropRequest(last=3, protect=2), "drop_blocks/drop_last 3 is larger than the 2 blocks the model has after "
+                                     "protecting the first 2"),
+    (DropRequest(mlp=1, protect=5), "protect 5 is larger than the 4 layers"),
+    (DropRequest(mlp=1, protect=-1), "protect must be >= 0")])
+def test_protect_that_leaves_too_few_is_refused(req, msg):
+    with pytest.raises(DsPruneError, match=msg):
+        plan_one_shot(SCORES, 4, req)

@@ -7,7 +7,7 @@ from pathlib import Path
 from .. import formats
 from ..errors import DsPruneError
 from ..importance import methods
-from ..importance.drop_plan import DropRequest, plan_iterative, plan_one_shot
+from ..importance.drop_plan import DropPlan, DropRequest, plan_iterative, plan_one_shot
 from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
 from .score import compute_scores
 
@@ -23,14 +23,20 @@ class Args(CalibArgs, EncoderArgs):
     drop_blocks: int = field(default=0, metadata={"help": "number of whole blocks to drop (by block score)"})
     drop_last: int = field(default=0, metadata={"help": "drop the last k blocks (no scores needed)"})
     iterative: bool = field(default=False, metadata={"help": "re-score after each single drop"})
+    protect: int = field(default=0, metadata={"help": "never drop the first K layers"})
+    plan: str | None = field(default=None, metadata={"help": "plan.json (or its folder) from `dsprune plan`: "
+                                                              "drop exactly its sub-layers"})
 
 
 def run(args: Args) -> int:
     from ..report.heatmap import drop_order_heatmap
     from ..surgery.prune import count_params, drop_sublayers, export, num_layers, structure
 
-    req = DropRequest(mlp=args.drop_mlp, attn=args.drop_attn, blocks=args.drop_blocks, last=args.drop_last)
+    req = DropRequest(mlp=args.drop_mlp, attn=args.drop_attn, blocks=args.drop_blocks, last=args.drop_last,
+                      protect=args.protect)
     formats.check_output(args.out, args.overwrite)
+    if args.plan:
+        return _run_plan(args, req)
     scores_doc = formats.read_scores(args.scores) if args.scores else None
     texts = None
     if args.iterative or (scores_doc is None and (req.mlp or req.attn or req.blocks)):
@@ -78,4 +84,35 @@ def run(args: Args) -> int:
     print(f"dropped {req.label()}: attention {plan.attn or '-'}, MLP {plan.mlp or '-'}")
     print(f"parameters {params_before:,} -> {params_after:,} ({params_after / params_before:.3f}x)")
     print(f"export: {out}")
+    return 0
+
+
+def _run_plan(args: Args, req: DropRequest) -> int:
+    """Drop what a ``dsprune plan`` chose: no scores, no counts (they would contradict it)."""
+    from ..importance.plan import read_plan
+    from ..surgery.prune import count_params, drop_sublayers, export, num_layers
+
+    if any((req.mlp, req.attn, req.blocks, req.last, args.iterative, args.scores)):
+        raise DsPruneError("--plan chooses the sub-layers itself: drop drop_mlp/drop_attn/drop_blocks/"
+                           "drop_last/iterative/scores")
+    doc = read_plan(args.plan)
+    plan = DropPlan(sorted(doc["attn"]), sorted(doc["mlp"]), doc.get("steps", []))
+    enc = load_encoder(args, pooling=args.pooling, max_length=args.max_length)
+    n = num_layers(enc)
+    if doc["num_layers"] != n:
+        raise DsPruneError(f"{args.plan}: the plan is for a {doc['num_layers']}-layer model, {args.model} has "
+                           f"{n} layers")
+    early = sorted(i for i in plan.attn + plan.mlp if i < args.protect)
+    if early:
+        raise DsPruneError(f"{args.plan}: the plan drops layer(s) {early}, inside --protect {args.protect}")
+    before = count_params(enc.model)
+    drop_sublayers(enc, plan.attn, plan.mlp)
+    after = count_params(enc.model)
+    label = DropRequest(mlp=len(plan.mlp), attn=len(plan.attn)).label()
+    export(enc, args.out, overwrite=args.overwrite, stage="drop", inputs={"model": args.model, "plan": args.plan},
+           config=asdict(args), figures={"params_before": before, "params_after": after,
+                                         "param_ratio": round(after / before, 4)},
+           params_before=before, drop=label, steps=plan.steps)
+    print(f"dropped {label} (plan {args.plan}): attention {plan.attn or '-'}, MLP {plan.mlp or '-'}; "
+          f"parameters {before:,} -> {after:,}; export: {args.out}")
     return 0

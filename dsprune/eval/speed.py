@@ -12,7 +12,9 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.nn import functional as F
@@ -44,24 +46,46 @@ def _attended_length(cfg, layer: int, seq_len: int) -> int:
     return seq_len
 
 
-def flops_per_token(enc: Encoder, seq_len: int) -> dict:
-    """Forward FLOPs per token at ``seq_len``, split into attention projections, attention scores, MLP."""
-    cfg = enc.backbone.config
+@dataclass(frozen=True)
+class Shape:
+    """What the FLOP count reads from a model: its config, whether its MLP is gated, the dropped attention
+    sub-layers and every layer's MLP width (None = dropped). The planner passes shapes that do not exist
+    yet (fractional widths for a slimming ratio), so bench and planner count with the same function."""
+    config: Any
+    gated: bool
+    drop_attn: tuple[int, ...]
+    widths: tuple[float | None, ...]
+
+
+def shape_of(enc: Encoder) -> Shape:
     st = structure(enc)
+    return Shape(enc.backbone.config, enc.arch.gate is not None, tuple(st["drop_attn"]),
+                 tuple(st["intermediate_sizes"]))
+
+
+def count_flops(shape: Shape, seq_len: int) -> dict:
+    """Forward FLOPs per token at ``seq_len``, split into attention projections, attention scores, MLP.
+
+    The token embedding is a lookup (EmbeddingGemma's 260M-parameter one included): no FLOPs per token."""
+    cfg = shape.config
     h = int(cfg.hidden_size)
     heads, kv, hd = _attn_dims(cfg)
-    gated = enc.arch.gate is not None
-    dropped_attn = set(st["drop_attn"])
+    dropped_attn = set(shape.drop_attn)
     proj = scores = mlp = 0
-    for layer, width in enumerate(st["intermediate_sizes"]):
+    for layer, width in enumerate(shape.widths):
         if layer not in dropped_attn:
             proj += 2 * (h * heads * hd + 2 * h * kv * hd + heads * hd * h)
             # QK^T and attention-weighted V: each seq x (heads * head_dim) multiply-adds per token.
             scores += 4 * _attended_length(cfg, layer, seq_len) * heads * hd
         if width is not None:
-            mlp += 2 * (3 if gated else 2) * h * int(width)
+            mlp += 2 * (3 if shape.gated else 2) * h * width
     return {"seq_len": seq_len, "attn_proj": proj, "attn_scores": scores, "mlp": mlp,
             "total": proj + scores + mlp}
+
+
+def flops_per_token(enc: Encoder, seq_len: int) -> dict:
+    """Forward FLOPs per token of ``enc`` as it is now (see ``count_flops``)."""
+    return count_flops(shape_of(enc), seq_len)
 
 
 def non_embedding_params(enc: Encoder) -> int:

@@ -1,7 +1,8 @@
 """Which sub-layers to drop, from EffiR importance scores: one-shot, or re-scored after every drop.
 
 Counts are checked against what the model still has before anything is dropped, so an impossible request
-(``--drop-mlp 40`` on 30 layers) fails with the option named.
+(``--drop-mlp 40`` on 30 layers) fails with the option named. ``protect`` keeps the first K layers out of
+every choice: the early layers build the token representations everything after them reads.
 """
 from __future__ import annotations
 
@@ -18,31 +19,36 @@ class DropRequest:
     attn: int = 0
     blocks: int = 0
     last: int = 0
+    protect: int = 0   # the first ``protect`` layers are never dropped
 
     def validate(self, n_layers: int, gone_attn: set[int], gone_mlp: set[int]) -> None:
         for name, k in (("drop_mlp", self.mlp), ("drop_attn", self.attn), ("drop_blocks", self.blocks),
-                        ("drop_last", self.last)):
+                        ("drop_last", self.last), ("protect", self.protect)):
             if k < 0:
                 raise DsPruneError(f"{name} must be >= 0, not {k}")
+        if self.protect > n_layers:
+            raise DsPruneError(f"protect {self.protect} is larger than the {n_layers} layers the model has")
         if self.blocks and self.last:
             raise DsPruneError("choose drop_blocks (by importance) or drop_last, not both")
-        blocks_left = n_layers - len(gone_attn & gone_mlp)
+        free = range(self.protect, n_layers)
+        kept = f" after protecting the first {self.protect}" if self.protect else ""
+        blocks_left = sum(1 for i in free if not (i in gone_attn and i in gone_mlp))
         if self.blocks + self.last > blocks_left:
             raise DsPruneError(f"drop_blocks/drop_last {self.blocks + self.last} is larger than the "
-                               f"{blocks_left} blocks the model has")
+                               f"{blocks_left} blocks the model has{kept}")
         if self.last:
             tail = set(range(n_layers - self.last, n_layers))
             if tail & (gone_attn & gone_mlp):
                 raise DsPruneError(f"drop_last {self.last} reaches blocks already dropped")
         whole = self.blocks + self.last
-        attn_left = n_layers - len(gone_attn) - whole
-        mlp_left = n_layers - len(gone_mlp) - whole
+        attn_left = sum(1 for i in free if i not in gone_attn) - whole
+        mlp_left = sum(1 for i in free if i not in gone_mlp) - whole
         if self.attn > attn_left:
             raise DsPruneError(f"drop_attn {self.attn} is larger than the {max(attn_left, 0)} attention "
-                               f"sub-layers left (model: {n_layers} layers)")
+                               f"sub-layers left{kept} (model: {n_layers} layers)")
         if self.mlp > mlp_left:
             raise DsPruneError(f"drop_mlp {self.mlp} is larger than the {max(mlp_left, 0)} MLP sub-layers "
-                               f"left (model: {n_layers} layers)")
+                               f"left{kept} (model: {n_layers} layers)")
         if not any((self.mlp, self.attn, self.blocks, self.last)):
             raise DsPruneError("nothing to drop: give drop_mlp, drop_attn, drop_blocks or drop_last")
 
@@ -59,6 +65,13 @@ class DropPlan:
     steps: list[dict] = field(default_factory=list)  # in drop order: {"group", "layer", "score"}
 
 
+def candidates(scores: dict[int, float], exclude: set[int], protect: int = 0) -> list[int]:
+    """The layers of one group that may go, least important first (the order one-shot drops and the
+    speed-up planner share)."""
+    order = drop_order({str(i): v for i, v in scores.items()})
+    return [i for i in order if i not in exclude and i >= protect]
+
+
 def plan_one_shot(scores: dict[str, dict[int, float]], n_layers: int, req: DropRequest,
                   gone_attn: set[int] = frozenset(), gone_mlp: set[int] = frozenset()) -> DropPlan:
     """Whole blocks first (by block score, or the last k), then attention, then MLPs by their own scores."""
@@ -66,8 +79,7 @@ def plan_one_shot(scores: dict[str, dict[int, float]], n_layers: int, req: DropR
     plan = DropPlan()
 
     def take(group: str, k: int, exclude: set[int]) -> list[int]:
-        order = [i for i in drop_order({str(i): v for i, v in scores[group].items()}) if i not in exclude]
-        chosen = order[:k]
+        chosen = candidates(scores[group], exclude, req.protect)[:k]
         plan.steps += [{"group": group, "layer": i, "score": scores[group][i]} for i in chosen]
         return chosen
 
@@ -113,7 +125,7 @@ def plan_iterative(rescore: Callable[[], dict[str, dict[int, float]]], drop: Cal
         for _ in range(k):
             scores = rescore()
             history.append(scores)
-            layer = drop_order({str(i): v for i, v in scores[group].items()})[0]
+            layer = candidates(scores[group], set(), req.protect)[0]
             attn, mlp = drop_new([layer] if group in ("block", "attn") else [],
                                  [layer] if group in ("block", "mlp") else [])
             plan.attn += attn

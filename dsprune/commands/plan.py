@@ -1,0 +1,79 @@
+"""`dsprune plan`: ask for a speed-up, get the drops and slimming ratio that reach it by the FLOP count.
+
+Writes ``plan.json`` (chosen sub-layers, counts, slimming ratio, predicted FLOP ratio, the cost/speed front
+of all candidates) for ``dsprune drop --plan`` and ``dsprune mask --ratio``; ``dsprune bench`` then measures
+what the FLOP ratio predicts. The policy is in ``importance/plan.py``.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .. import formats
+from ..errors import DsPruneError
+from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
+
+
+@dataclass
+class Args(CalibArgs, EncoderArgs):
+    target_speedup: float = field(kw_only=True, metadata={
+        "help": "FLOP ratio to reach (model as given over the pruned one), above 1"})
+    out: str = field(default="out/plan", metadata={"help": "output folder (plan.json, manifest)"})
+    overwrite: bool = False
+    scores: str | None = field(default=None, metadata={"help": "scores.json (or its folder) from `dsprune score`;"
+                                                                " default: score here"})
+    seq_len: int = field(default=256, metadata={"help": "tokens per text the FLOPs are counted at (bench's "
+                                                        "document length)"})
+    protect: int = field(default=0, metadata={"help": "never drop the first K layers"})
+    drop_groups: list[str] = field(default_factory=lambda: ["attn", "mlp"], metadata={
+        "help": "sub-layer groups that may be dropped: attn, mlp (mlp alone: keep every attention)"})
+    max_slim: float = field(default=0.5, metadata={"help": "largest MLP slimming ratio considered; 0 = drops only"})
+    slim_step: float = field(default=0.05, metadata={"help": "step of the slimming-ratio grid"})
+    slim_weight: float = field(default=1.0, metadata={
+        "help": "predicted damage of slimming r: slim_weight * r * sum of the kept MLPs' scores"})
+
+
+def request(args: Args):
+    from ..importance.plan import SpeedRequest
+
+    groups = tuple(g for g in args.drop_groups if g != "none")
+    req = SpeedRequest(args.target_speedup, args.seq_len, args.protect, groups, args.max_slim, args.slim_step,
+                       args.slim_weight)
+    req.validate()
+    return req
+
+
+def run(args: Args) -> int:
+    from ..eval.speed import shape_of
+    from ..importance.plan import PLAN, plan_speedup, table
+    from ..surgery.prune import num_layers
+    from .score import compute_scores
+
+    req = request(args)                          # bad numbers fail before anything loads
+    formats.check_output(args.out, args.overwrite)
+    scores_doc = formats.read_scores(args.scores) if args.scores else None
+    texts = calibration_texts(args) if scores_doc is None else None
+    enc = load_encoder(args, pooling=args.pooling, max_length=args.max_length)
+    n = num_layers(enc)
+    figures: dict = {}
+    if scores_doc is not None:
+        if scores_doc.get("num_layers") not in (None, n):
+            raise DsPruneError(f"{args.scores}: scores are for a {scores_doc['num_layers']}-layer model, "
+                               f"{args.model} has {n} layers")
+        scores = {g: {int(k): v for k, v in s.items()} for g, s in scores_doc["scores"].items()}
+    else:
+        scores, figures = compute_scores(enc, texts, args)
+    plan = plan_speedup(scores, shape_of(enc), req)
+    doc = plan.to_json(model=args.model, family=enc.family)
+    with formats.output_dir(args.out, args.overwrite) as tmp:
+        formats.write_json(tmp / PLAN, doc)
+        if scores_doc is None:                   # scored here: keep them for a later drop or plan
+            formats.write_scores(tmp, scores, model=args.model, family=enc.family, num_layers=n)
+        formats.write_manifest(tmp, "plan", {"model": args.model, "scores": args.scores}, asdict(args),
+                               {**figures, "flop_ratio": doc["flop_ratio"], "n_candidates": doc["n_candidates"]},
+                               files={"plan": PLAN})
+    c = plan.chosen
+    print(f"{doc['n_candidates']} candidates at {req.seq_len} tokens; cost/speed front:\n{table(plan)}")
+    print(f"plan for {req.target}x: drop attention {plan.drop.attn or '-'}, MLP {plan.drop.mlp or '-'}, "
+          f"slim {c.slim} -> FLOP ratio {c.flop_ratio:.3f}x (predicted cost {c.cost:.4f})")
+    print(f"wrote {args.out}/{PLAN}: `dsprune drop --plan {args.out}`, then `dsprune mask --ratio {c.slim}`")
+    return 0
