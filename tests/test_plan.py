@@ -123,11 +123,15 @@ def test_plan_then_drop_from_the_command_line(tiny_dirs, tmp_path, texts, capsys
     (["--scores", "nowhere", "--target-speedup", "2"], "scores file not found: nowhere"),
     (["--target-speedup", "1"], "target_speedup must be a number above 1"),
     (["--scores", "SCORES", "--target-speedup", "99"], "out of reach"),
+    (["--scores", "SCORES", "--target-speedup", "1.1", "--protect", "5"], "protect 5 is larger than the 4 layers"),
+    (["--scores", "SCORES30", "--target-speedup", "2"], "scores are for a 30-layer model"),
+    (["--scores", "SCORES", "--target-speedup", "2", "--drop-groups", "none", "--max-slim", "0.2"], "out of reach"),
 ])
 def test_plan_command_errors(tiny_dirs, tmp_path, capsys, argv, msg):
     scores = tmp_path / "scores.json"
     scores.write_text(json.dumps({"scores": _scores(n=4), "order": {}, "num_layers": 4}))
-    argv = [str(scores) if a == "SCORES" else a for a in argv]
+    (tmp_path / "s30.json").write_text(json.dumps({"scores": _scores(n=4), "order": {}, "num_layers": 30}))
+    argv = [{"SCORES": str(scores), "SCORES30": str(tmp_path / "s30.json")}.get(a, a) for a in argv]
     assert main(["plan", "--model", str(tiny_dirs["llama"]), *argv, "--out", str(tmp_path / "p")]) == 2
     assert msg in capsys.readouterr().err and not (tmp_path / "p").exists()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from .. import formats
 from ..errors import DsPruneError
 from ..importance import methods
-from ..importance.drop_plan import DropPlan, DropRequest, plan_iterative, plan_one_shot
+from ..importance.drop_plan import DropPlan, DropRequest, layer_scores, plan_iterative, plan_one_shot
 from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
 from .score import compute_scores
 
@@ -56,10 +56,7 @@ def run(args: Args) -> int:
         scores = history[0] if history else None
     else:
         if scores_doc is not None:
-            if scores_doc.get("num_layers") not in (None, n):
-                raise DsPruneError(f"{args.scores}: scores are for a {scores_doc['num_layers']}-layer model, "
-                                   f"{args.model} has {n} layers")
-            scores = {g: {int(k): v for k, v in s.items()} for g, s in scores_doc["scores"].items()}
+            scores = layer_scores(scores_doc, args.scores, args.model, n)
         elif texts is not None:
             scores, figures = compute_scores(enc, texts, args)
         else:  # drop_last alone needs no scores

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .. import formats
-from ..errors import DsPruneError
 from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
 
 
@@ -25,7 +24,8 @@ class Args(CalibArgs, EncoderArgs):
                                                         "document length)"})
     protect: int = field(default=0, metadata={"help": "never drop the first K layers"})
     drop_groups: list[str] = field(default_factory=lambda: ["attn", "mlp"], metadata={
-        "help": "sub-layer groups that may be dropped: attn, mlp (mlp alone: keep every attention)"})
+        "help": "sub-layer groups that may be dropped: attn, mlp (mlp alone: keep every attention; none: "
+                "slimming only)"})
     max_slim: float = field(default=0.5, metadata={"help": "largest MLP slimming ratio considered; 0 = drops only"})
     slim_step: float = field(default=0.05, metadata={"help": "step of the slimming-ratio grid"})
     slim_weight: float = field(default=1.0, metadata={
@@ -44,6 +44,7 @@ def request(args: Args):
 
 def run(args: Args) -> int:
     from ..eval.speed import shape_of
+    from ..importance.drop_plan import layer_scores
     from ..importance.plan import PLAN, plan_speedup, table
     from ..surgery.prune import num_layers
     from .score import compute_scores
@@ -56,10 +57,7 @@ def run(args: Args) -> int:
     n = num_layers(enc)
     figures: dict = {}
     if scores_doc is not None:
-        if scores_doc.get("num_layers") not in (None, n):
-            raise DsPruneError(f"{args.scores}: scores are for a {scores_doc['num_layers']}-layer model, "
-                               f"{args.model} has {n} layers")
-        scores = {g: {int(k): v for k, v in s.items()} for g, s in scores_doc["scores"].items()}
+        scores = layer_scores(scores_doc, args.scores, args.model, n)
     else:
         scores, figures = compute_scores(enc, texts, args)
     plan = plan_speedup(scores, shape_of(enc), req)

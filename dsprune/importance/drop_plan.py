@@ -65,6 +65,14 @@ class DropPlan:
     steps: list[dict] = field(default_factory=list)  # in drop order: {"group", "layer", "score"}
 
 
+def layer_scores(doc: dict, where: str, model: str, n_layers: int) -> dict[str, dict[int, float]]:
+    """The scores of a ``scores.json`` document by integer layer, refused if they are another model's."""
+    if doc.get("num_layers") not in (None, n_layers):
+        raise DsPruneError(f"{where}: scores are for a {doc['num_layers']}-layer model, {model} has "
+                           f"{n_layers} layers")
+    return {g: {int(k): v for k, v in s.items()} for g, s in doc["scores"].items()}
+
+
 def candidates(scores: dict[int, float], exclude: set[int], protect: int = 0) -> list[int]:
     """The layers of one group that may go, least important first (the order one-shot drops and the
     speed-up planner share)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import DsPruneError
 from ..eval.speed import Shape, count_flops
@@ -91,7 +92,8 @@ class SpeedPlan:
     def to_json(self, **extra) -> dict:
         c = self.chosen
         return {**extra, "num_layers": self.num_layers, "target_speedup": self.request.target,
-                "seq_len": self.request.seq_len, "protect": self.request.protect, "attn": self.drop.attn, "mlp": self.drop.mlp,
+                "seq_len": self.request.seq_len, "protect": self.request.protect,
+                "attn": self.drop.attn, "mlp": self.drop.mlp,
                 "drop_attn": c.attn, "drop_mlp": c.mlp, "slim_ratio": c.slim, "flop_ratio": c.flop_ratio,
                 "predicted_cost": c.cost, "flops_per_token": self.flops, "steps": self.drop.steps,
                 "policy": {k: v for k, v in dataclasses.asdict(self.request).items()
@@ -158,8 +160,6 @@ def pareto(found: list[Candidate]) -> list[Candidate]:
 
 def read_plan(path) -> dict:
     """A ``plan.json`` (or the folder holding it), checked for what ``dsprune drop`` reads."""
-    from pathlib import Path
-
     path = Path(path)
     path = path / PLAN if path.is_dir() else path
     doc = read_json(path, "plan file")
