@@ -46,17 +46,20 @@ def full_name(cls: type) -> str:
 
 def check_dense(dense: list, where: str = "encoder.dense") -> list[dict]:
     """Dense layer specs as plain dicts with sentence-transformers' keys, chained in/out sizes."""
-    out = []
-    for i, d in enumerate(dense):
-        if not isinstance(d, dict) or set(d) != set(DENSE_KEYS):
-            raise DsPruneError(f"{where}[{i}] must have exactly the keys {', '.join(DENSE_KEYS)}, not {d!r}")
-        if out and out[-1]["out_features"] != d["in_features"]:
-            raise DsPruneError(f"{where}[{i}] takes {d['in_features']} features, the layer before gives "
-                               f"{out[-1]['out_features']}")
-        cls = activation_class(d["activation_function"], f"{where}[{i}]")
-        out.append({"in_features": int(d["in_features"]), "out_features": int(d["out_features"]),
-                    "bias": bool(d["bias"]), "activation_function": full_name(cls)})
+    out = [dense_spec(d, f"{where}[{i}]") for i, d in enumerate(dense)]
+    for i in range(1, len(out)):
+        if out[i - 1]["out_features"] != out[i]["in_features"]:
+            raise DsPruneError(f"{where}[{i}] takes {out[i]['in_features']} features, the layer before gives "
+                               f"{out[i - 1]['out_features']}")
     return out
+
+
+def dense_spec(d: dict, where: str) -> dict:
+    if not isinstance(d, dict) or set(d) != set(DENSE_KEYS):
+        raise DsPruneError(f"{where} must have exactly the keys {', '.join(DENSE_KEYS)}, not {d!r}")
+    cls = activation_class(d["activation_function"], where)
+    return {"in_features": int(d["in_features"]), "out_features": int(d["out_features"]), "bias": bool(d["bias"]),
+            "activation_function": full_name(cls)}
 
 
 class Dense(nn.Module):
@@ -133,7 +136,7 @@ def _dense(folder: Path, where: str) -> dict:
         raise DsPruneError(f"{where}: use_residual is not supported by dsprune")
     spec = {"in_features": d.get("in_features"), "out_features": d.get("out_features"), "bias": d.get("bias", True),
             "activation_function": d.get("activation_function", "torch.nn.modules.activation.Tanh")}
-    return check_dense([spec], where)[0]
+    return dense_spec(spec, where)
 
 
 def _max_length(path: Path, transformer: dict) -> int:
@@ -158,13 +161,16 @@ def read(path: Path) -> tuple[dict, list[Path]]:
     pooling_entry = mods[1][1]
     fields = {"pooling": _pooling(path / pooling_entry["path"] / "config.json", model_cfg.get("hidden_size")),
               "normalize": mods[-1][0] == "Normalize", "max_length": _max_length(path, transformer)}
-    dense_dirs = [path / m["path"] for kind, m in mods if kind == "Dense"]
-    dense = [_dense(d, f"{d / 'config.json'} (module {m['name']!r})")
-             for d, (_, m) in zip(dense_dirs, [x for x in mods if x[0] == "Dense"])]
-    fields["dense"] = check_dense(dense, str(path / "modules.json"))
-    hidden = model_cfg.get("hidden_size")
-    if dense and hidden is not None and dense[0]["in_features"] != hidden:
-        raise DsPruneError(f"{dense_dirs[0]}: takes {dense[0]['in_features']} features, pooling gives {hidden}")
+    dense_mods = [m for kind, m in mods if kind == "Dense"]
+    dense_dirs = [path / m["path"] for m in dense_mods]
+    fields["dense"], width = [], model_cfg.get("hidden_size")
+    for folder, m in zip(dense_dirs, dense_mods):
+        where = f"{folder / 'config.json'} (module {m['name']!r})"
+        spec = _dense(folder, where)
+        if width is not None and spec["in_features"] != width:
+            raise DsPruneError(f"{where}: takes {spec['in_features']} features, the module before gives {width}")
+        width = spec["out_features"]
+        fields["dense"].append(spec)
     if (path / PROMPTS_FILE).is_file():
         st = formats.read_json(path / PROMPTS_FILE)
         prompts = {k: v or "" for k, v in (st.get("prompts") or {}).items()}
