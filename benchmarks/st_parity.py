@@ -63,7 +63,8 @@ class StModel:
         self.st, self.batch_size, self.seen, self.instructions = st, batch_size, {}, {}
         self.mteb_model_meta = ModelMeta.create_empty(overwrites=dict(
             name=f"sentence-transformers/{name}", revision="st", n_parameters=sum(p.numel() for p in st.parameters()),
-            embed_dim=getattr(st, "get_embedding_dimension", st.get_sentence_embedding_dimension)(), max_tokens=st.max_seq_length,
+            embed_dim=getattr(st, "get_embedding_dimension", st.get_sentence_embedding_dimension)(),
+            max_tokens=st.max_seq_length,
             similarity_fn_name="cosine", framework=["PyTorch", "Sentence Transformers"], open_weights=True,
             use_instructions=False))
 

@@ -54,14 +54,16 @@ def query_prompt(config, task: str | None, instruction: str | None, task_type: s
 
 
 def fingerprint(folder: str | Path) -> str:
-    """SHA-1 over a model folder's weights, config and encoder config: one value per checkpoint."""
+    """SHA-1 over a model folder's weights (the Dense head's too), config and encoder config: one value per
+    checkpoint."""
     folder = Path(folder)
     h = hashlib.sha1()
     names = sorted(p for p in folder.iterdir() if p.is_file() and (
         p.suffix in (".safetensors", ".bin", ".gguf") or p.name in ("config.json", "dsprune_encoder.json",
                                                                        "sentence_bert_config.json")))
+    names += sorted(folder.glob("*_Dense/*.safetensors"))     # the head's weights change embeddings too
     for p in names:
-        h.update(p.name.encode())
+        h.update(str(p.relative_to(folder)).encode())
         with open(p, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 22), b""):
                 h.update(chunk)
@@ -110,8 +112,9 @@ class MtebEncoder:
         kind = "passage" if prompt_type is not None and str(getattr(prompt_type, "value", prompt_type)) == \
             "document" else "query"
         task = task_metadata.name
-        emb = self._view(task, task_metadata.type).encode(texts, kind=kind, batch_size=kwargs.get("batch_size") or self.batch_size,
-                                      task=task, show_progress=self.show_progress)
+        view = self._view(task, task_metadata.type)
+        emb = view.encode(texts, kind=kind, batch_size=kwargs.get("batch_size") or self.batch_size, task=task,
+                          show_progress=self.show_progress)
         return emb.numpy()
 
     def similarity(self, a, b):
