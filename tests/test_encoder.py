@@ -70,6 +70,12 @@ def test_bad_encoder_options_are_named():
         EncoderConfig(pooling="max")
     with pytest.raises(DsPruneError, match="unknown encoder option"):
         EncoderConfig.from_dict({"poolng": "mean"})
+    with pytest.raises(DsPruneError, match=r"encoder.dense\[0\] must have exactly the keys"):
+        EncoderConfig(dense=[{"in_features": 4}])
+    layer = {"in_features": 4, "out_features": 8, "bias": True, "activation_function": "torch.nn.Tanh"}
+    with pytest.raises(DsPruneError, match=r"encoder.dense\[1\] takes 4 features, the layer before gives 8"):
+        EncoderConfig(dense=[layer, layer])
+    assert EncoderConfig(dense=[layer]).dense[0]["activation_function"] == "torch.nn.modules.activation.Tanh"
 
 
 def test_missing_model_folder(tmp_path):
