@@ -151,3 +151,21 @@ def test_recipe_plan_then_drop(tiny_dirs, tmp_path):
     man = json.loads((tmp_path / "r" / "drop" / "manifest.json").read_text())
     assert doc["target_speedup"] == 2.0 and doc["flop_ratio"] >= 2.0
     assert man["structure"]["drop_mlp"] == doc["mlp"] and report["drop"]["status"] == "ran"
+
+
+def test_mask_takes_its_ratio_from_the_plan(tmp_path, capsys):
+    import torch
+
+    from dsprune.surgery.gates import save_gates
+
+    torch.manual_seed(0)
+    gates = tmp_path / "gates.safetensors"
+    save_gates(gates, {i: torch.rand(32) for i in range(4)}, num_layers=4, family="llama")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"attn": [], "mlp": [1], "num_layers": 4, "slim_ratio": 0.25}))
+    assert main(["mask", "--gates", str(gates), "--plan", str(plan), "--out", str(tmp_path / "m")]) == 0
+    man = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    assert man["figures"]["removed"] == 32 and man["config"]["ratio"] == 0.25
+    assert main(["mask", "--gates", str(gates), "--plan", str(plan), "--ratio", "0.1",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "exactly one of --ratio and --plan" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -19,7 +19,8 @@ from ..importance import methods, slim
 @dataclass
 class Args:
     gates: str = field(metadata={"help": "gates.safetensors or the slimming run folder holding it"})
-    ratio: float = field(metadata={"help": "fraction of all kept MLP neurons to remove, in [0, 1)"})
+    ratio: float | None = field(default=None, metadata={"help": "fraction of all kept MLP neurons to remove, in [0, 1)"})
+    plan: str | None = field(default=None, metadata={"help": "take the ratio from `dsprune plan`'s plan.json"})
     out: str = field(default="out/mask", metadata={"help": "mask folder"})
     overwrite: bool = False
     min_per_layer: int = field(default=0, metadata={
@@ -40,6 +41,11 @@ def run(args: Args) -> int:
     from ..report.widths import plot_widths
     from ..surgery.gates import load_gates
 
+    if (args.ratio is None) == (args.plan is None):
+        raise DsPruneError("give exactly one of --ratio and --plan")
+    if args.plan:
+        from ..importance.plan import read_plan
+        args.ratio = float(read_plan(args.plan)["slim_ratio"])
     slim.check_ratio(args.ratio)
     formats.check_output(args.out, args.overwrite)
     values, meta = load_gates(args.gates)

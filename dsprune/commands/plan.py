@@ -73,5 +73,5 @@ def run(args: Args) -> int:
     print(f"{doc['n_candidates']} candidates at {req.seq_len} tokens; cost/speed front:\n{table(plan)}")
     print(f"plan for {req.target}x: drop attention {plan.drop.attn or '-'}, MLP {plan.drop.mlp or '-'}, "
           f"slim {c.slim} -> FLOP ratio {c.flop_ratio:.3f}x (predicted cost {c.cost:.4f})")
-    print(f"wrote {args.out}/{PLAN}: `dsprune drop --plan {args.out}`, then `dsprune mask --ratio {c.slim}`")
+    print(f"wrote {args.out}/{PLAN}: `dsprune drop --plan {args.out}`, then `dsprune mask --plan {args.out}`")
     return 0

@@ -163,7 +163,7 @@ def read_plan(path) -> dict:
     path = Path(path)
     path = path / PLAN if path.is_dir() else path
     doc = read_json(path, "plan file")
-    for key in ("attn", "mlp", "num_layers"):
+    for key in ("attn", "mlp", "num_layers", "slim_ratio"):
         if key not in doc:
             raise DsPruneError(f"{path}: missing field '{key}'")
     return doc
