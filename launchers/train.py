@@ -1,4 +1,4 @@
-"""Contrastive training entry point: ``deepspeed --num_gpus N launchers/train.py --config FILE.yaml [--opt v]``.
+"""Training entry point (contrastive, self-slimming, self-distillation): ``deepspeed --num_gpus N launchers/train.py --config FILE.yaml [--opt v]``.
 
 Also runs under ``torchrun --nproc_per_node N``, across nodes with a DeepSpeed hostfile, or as a plain
 ``python launchers/train.py`` (one rank). Thin on purpose: parse the arguments, set up the process (the
@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     from dsprune.errors import DsPruneError
     from dsprune.memory import hold_mmap_threshold
     from dsprune.train.loop import train
-    from dsprune.train.slim import StageArgs, stage_hooks  # --mode train|slim, --mask
+    from dsprune.train.slim import StageArgs, stage_hooks  # --mode train|slim|distill, --mask
 
     report_aborts()
     argv = list(sys.argv[1:] if argv is None else argv)

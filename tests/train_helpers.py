@@ -57,11 +57,12 @@ def write_beir(folder: Path, split: str = "test") -> Path:
     return folder
 
 
-def env() -> dict:
+def env(extra: dict | None = None) -> dict:
     e = dict(os.environ)
     e.update(OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
              TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions")),
              PYTHONPATH=str(REPO))
+    e.update(extra or {})
     return e
 
 
@@ -74,11 +75,12 @@ def command(args: list[str], launcher: str = "deepspeed", ranks: int = 2, port: 
     return [sys.executable, str(LAUNCHER), *args]
 
 
-def launch(args: list[str], launcher: str = "deepspeed", ranks: int = 2, timeout: int = 300):
+def launch(args: list[str], launcher: str = "deepspeed", ranks: int = 2, timeout: int = 300,
+           extra_env: dict | None = None):
     """Run the launcher; ``.shm_left`` lists DeepSpeed shm buffers of this run still in /dev/shm (RAM) after it."""
     port = free_port()
-    proc = subprocess.run(command(args, launcher, ranks, port), env=env(), capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(command(args, launcher, ranks, port), env=env(extra_env), capture_output=True,
+                          text=True, timeout=timeout)
     proc.shm_left = [p.name for p in shm_buffers(port)]
     return proc
 
@@ -89,10 +91,11 @@ def ok(proc) -> None:
     assert not getattr(proc, "shm_left", []), f"DeepSpeed shm buffers left in /dev/shm: {proc.shm_left}"
 
 
-def launch_and_kill(args: list[str], out: Path, min_step: int, timeout: int = 300) -> int:
+def launch_and_kill(args: list[str], out: Path, min_step: int, timeout: int = 300,
+                    extra_env: dict | None = None) -> int:
     """Start a run, SIGKILL its whole process group once a checkpoint of step >= ``min_step`` exists."""
     port = free_port()
-    proc = subprocess.Popen(command(args, port=port), env=env(), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(command(args, port=port), env=env(extra_env), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     latest = out / "checkpoints" / "latest"
     t0 = time.time()

@@ -146,7 +146,8 @@ def validate(args: TrainArgs) -> None:
     need(args.temperature > 0, f"temperature must be positive, not {args.temperature}")
     need(args.teacher_temperature > 0, f"teacher_temperature must be positive, not {args.teacher_temperature}")
     need(args.infonce_weight >= 0 and args.kl_weight >= 0, "loss weights must be non-negative")
-    need(args.infonce_weight > 0 or args.kl_weight > 0, "all loss weights are 0: nothing to train")
+    need(args.infonce_weight > 0 or args.kl_weight > 0 or bool(getattr(args, "distill_data", None)),
+         "all loss weights are 0: nothing to train")  # distillation checks its own weights
     need(args.lr_scheduler in ("linear", "constant"), f"lr_scheduler must be linear or constant, "
                                                        f"not {args.lr_scheduler!r}")
     need(args.max_steps >= 0 and args.num_epochs > 0, "max_steps must be >= 0 and num_epochs > 0")

@@ -158,13 +158,18 @@ def set_up(args: TrainArgs, hooks: Hooks, groups: list) -> Run:
 
 
 # ---- models and engine -----------------------------------------------------------------------------------
-def load_student(args: TrainArgs, device: str, hooks: Hooks, attach_lora: bool = True) -> Encoder:
-    """The model to train, exactly as every rank (and the export) builds it."""
-    enc = Encoder.load(args.model, dtype="float32", device=device)  # DeepSpeed casts for bf16/fp16
-    over = encoder_overrides(args)
+def with_overrides(enc: Encoder, over: dict) -> Encoder:
+    """``enc`` with ``--encoder`` options over its own config."""
     if over:
         enc.config = EncoderConfig.from_dict({**dataclasses.asdict(enc.config), **over})
         enc._setup_tokenizer()
+    return enc
+
+
+def load_student(args: TrainArgs, device: str, hooks: Hooks, attach_lora: bool = True) -> Encoder:
+    """The model to train, exactly as every rank (and the export) builds it."""
+    enc = Encoder.load(args.model, dtype="float32", device=device)  # DeepSpeed casts for bf16/fp16
+    with_overrides(enc, encoder_overrides(args))
     if hooks.prepare_model:
         hooks.prepare_model(enc)
     if args.lora and attach_lora:

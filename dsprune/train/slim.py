@@ -28,18 +28,22 @@ from ..errors import DsPruneError
 from ..importance import slim as slim_rank
 from ..surgery import gates as gates_mod
 from .arguments import TrainArgs
+from .distill import DistillArgs, check_distill, distill_hooks
 from .loop import Hooks
 from .runlog import TENSORBOARD
 
-MODES = ("train", "slim")
+MODES = ("train", "slim", "distill")
 SLIM_TRAIN = ("gates", "gates+lora", "full")
 
 
 @dataclass
-class StageArgs(TrainArgs):
-    """``TrainArgs`` plus the stage: plain training, self-slimming, and an optional held mask."""
+class StageArgs(DistillArgs, TrainArgs):
+    """``TrainArgs`` plus the stage: plain training, self-slimming or self-distillation (``distill``), and an
+    optional held mask."""
 
-    mode: str = field(default="train", metadata={"help": "train | slim (EffiR self-slimming: train MLP gates)"})
+    mode: str = field(default="train", metadata={
+        "help": "train | slim (EffiR self-slimming: train MLP gates) | distill (from the unpruned teacher's "
+                "embeddings of --distill_data)"})
     mask: str | None = field(default=None, metadata={
         "help": "mask folder (dsprune mask / prune) held during training: structured = neurons removed "
                 "first, unstructured = zeros re-applied after every step"})
@@ -64,6 +68,7 @@ def check_stage(args: StageArgs) -> None:
         folder = Path(args.mask)
         if not (folder / formats.MASK).is_file():
             raise DsPruneError(f"mask: {folder / formats.MASK} not found")
+    check_distill(args)
     if args.mode != "slim":
         return
     if args.slim_train not in SLIM_TRAIN:
@@ -87,6 +92,8 @@ def check_stage(args: StageArgs) -> None:
 def stage_hooks(args: StageArgs) -> Hooks:
     """The ``Hooks`` that make ``loop.train`` run the stage ``args`` asks for."""
     check_stage(args)
+    if args.mode == "distill":
+        return distill_hooks(args, stage_hooks(_as_train(args)))
     if args.mode == "train" and args.mask is None:
         return Hooks()
     state: dict = {}
@@ -154,6 +161,11 @@ def stage_hooks(args: StageArgs) -> Hooks:
                  after_step=after_step if (slim or args.mask is not None) else None,
                  before_export=before_export, stage="slim" if slim else ("retrain" if args.mask else "train"),
                  manifest_extra=extra, export_extra=export_extra)
+
+
+def _as_train(args: StageArgs) -> StageArgs:
+    import dataclasses
+    return dataclasses.replace(args, mode="train", distill_data=[])
 
 
 def _save_gates(out: Path, values: dict[int, torch.Tensor], enc) -> None:
