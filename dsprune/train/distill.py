@@ -12,9 +12,10 @@ Data (``--distill_data``, any mix of):
 - ``queries=PATH`` or ``passages=PATH``: every text of a JSONL or text file as that kind (a BEIR
   ``queries.jsonl`` on its own, say).
 
-So every item is a query, a passage or a labelled pair. The teacher embeds every distinct query text (query
-prompt and length) and passage text once; the tables are cached on disk (``teacher_table``) and shared by
-every run and sweep trial with the same teacher, text and lengths.
+So every item is a query, a passage or a labelled pair. The teacher (``--teacher``; ``self`` is the starting
+model as loaded, before any ``--mask``) embeds every distinct query text (query prompt and length) and
+passage text once; the tables are cached on disk (``teacher_table``) and shared by every run and sweep trial
+with the same teacher, text and lengths.
 
 Losses, each with its weight (0 = off), over the items of the micro-batch:
 
@@ -299,6 +300,7 @@ def distill_loss(q, p, tq, tp, has_q, has_p, args, infonce: bool) -> tuple[torch
 def distill_hooks(args, base: Hooks) -> Hooks:
     """``base`` (a held mask, if any) plus distillation: its data, the teacher tables, its loss."""
     state: dict = {}
+    tables: dict[str, TeacherTable] = {}
     info: dict = {"teacher": args.teacher, "loss": args.distill_loss, "sources": list(args.distill_data),
                   "weights": {args.distill_loss: args.distill_embed_weight, "kl": args.distill_kl_weight,
                               "infonce": args.infonce_weight}}
@@ -323,16 +325,14 @@ def distill_hooks(args, base: Hooks) -> Hooks:
                 enc = Encoder.load(teacher_path, dtype=a.dtype, device=run.device).eval()
                 teacher.append(with_overrides(enc, over))
             return teacher[0]
-        for kind, attr, ml in (("query", "query", a.query_max_length), ("passage", "passage", a.passage_max_length)):
-            texts = [getattr(i, attr) for i in run.groups if getattr(i, attr) is not None]
+        for kind, ml in (("query", a.query_max_length), ("passage", a.passage_max_length)):
+            texts = [getattr(i, kind) for i in run.groups if getattr(i, kind) is not None]
             if texts:
-                state[kind] = teacher_table(fp, kind, texts, ml, a.dtype, load_teacher, a.eval_batch_size,
-                                            run.rank == 0)
-        dims = {t.emb.shape[1] for t in state.values()}
-        state["dim"] = dims.pop()
-        info.update(fingerprint=fp, dim=state["dim"],
-                    cache={k: {"key": t.key, "file": str(t.path), "texts": len(t.index)}
-                           for k, t in state.items() if k in ("query", "passage")})
+                tables[kind] = teacher_table(fp, kind, texts, ml, a.dtype, load_teacher, a.eval_batch_size,
+                                             run.rank == 0)
+        state["dim"] = next(iter(tables.values())).emb.shape[1]
+        info.update(fingerprint=fp, dim=state["dim"], cache={k: {"key": t.key, "file": str(t.path),
+                                                                 "texts": len(t.index)} for k, t in tables.items()})
 
     held = base.prepare_model  # a held mask's, if any
 
@@ -351,8 +351,8 @@ def distill_hooks(args, base: Hooks) -> Hooks:
         has_p = torch.tensor([t is not None for t in ps])
         qb = m.model.tokenize([t or PLACEHOLDER for t in qs], "query", max_length=a.query_max_length)
         pb = m.model.tokenize([t or PLACEHOLDER for t in ps], "passage", max_length=a.passage_max_length)
-        tq = state["query"].rows(qs, dim) if "query" in state else torch.zeros(len(items), dim)
-        tp = state["passage"].rows(ps, dim) if "passage" in state else torch.zeros(len(items), dim)
+        tq = tables["query"].rows(qs, dim) if "query" in tables else torch.zeros(len(items), dim)
+        tp = tables["passage"].rows(ps, dim) if "passage" in tables else torch.zeros(len(items), dim)
         infonce = a.infonce_weight > 0 and info["pairs"] > 0
         tokens = int(qb["attention_mask"][has_q].sum() + pb["attention_mask"][has_p].sum())
         return MicroBatch([qb, pb], lambda e: distill_loss(e[0], e[1], tq, tp, has_q, has_p, a, infonce), tokens)
