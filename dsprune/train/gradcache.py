@@ -10,10 +10,9 @@ activation memory is one chunk's; the price is a second forward pass.
 
 Dropout must draw the same mask in both passes of a chunk, so each chunk's forward runs from a seed of its
 own. DeepSpeed sees one backward per chunk: only the last may be a gradient-accumulation boundary (else
-ZeRO-1/2 take each chunk's gradients for a whole micro-batch's, and ZeRO-0 all-reduces them more than once),
-and under ZeRO-3 each backward must follow a forward (its gradient partitions accumulate
-from the second forward of a micro-step on), which is why a stage's extra loss rides on the first chunk's
-backward rather than having one of its own.
+ZeRO-1/2 take each chunk's gradients for a whole micro-batch's). Under ZeRO-3 each backward must follow a
+forward (its gradient partitions accumulate from the second forward of a micro-step on), which is why a
+stage's extra loss rides on the first chunk's backward rather than having one of its own.
 """
 from __future__ import annotations
 
