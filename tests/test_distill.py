@@ -36,14 +36,14 @@ def test_items_from_a_mix_of_sources(tmp_path):
     beir = write_beir(tmp_path / "beir", split="train")  # 8 judged pairs, 12 unjudged docs
     test_only = write_beir(tmp_path / "test_only", split="test")
     jl = _write(tmp_path / "mix.jsonl", [{"query": "q pair", "pos": ["p1", "p2"]}, {"query": "q alone"},
-                                         {"title": "T", "text": "body"}, {"query": "q3", "positive": "p3"}])
+                                         {"title": "T", "text": "body"}, {"query": "q3", "positive": "p3", "negative": "n3"}])
     txt = tmp_path / "lines.txt"
     txt.write_text("first line\n\nsecond line\n")
     qfile = _write(tmp_path / "queries.jsonl", [{"_id": "1", "text": "just a query"}])
     items = D.load_items([str(beir), str(test_only), str(jl), str(txt), f"queries={qfile}"], split="train")
     pairs = [i for i in items if i.query and i.passage]
     assert len(pairs) == 8 + 3 and D.Item("q pair", "p2") in pairs and D.Item("q3", "p3") in pairs
-    assert D.Item(None, "T body") in items and D.Item("q alone", None) in items
+    assert D.Item(None, "T body") in items and D.Item(None, "n3") in items and D.Item("q alone", None) in items
     assert D.Item("just a query", None) in items and D.Item(None, "second line") in items
     # test judgements never pair: the test-only folder gives its 8 queries and 20 docs as single texts
     assert D.Item("cell membrane transport", None) in items
@@ -56,6 +56,7 @@ def test_items_from_a_mix_of_sources(tmp_path):
     ({"title": "no text"}, "needs a 'query'"),
     ({"query": ""}, "'query' must be a non-empty string"),
     ({"query": "q", "pos": "p"}, "'pos'/'positive' must hold non-empty strings"),
+    ({"query": "q", "pos": ["p"], "neg": [""]}, "'neg'/'negative' must hold non-empty strings"),
 ])
 def test_bad_rows_name_file_and_line(tmp_path, row, message):
     path = _write(tmp_path / "d.jsonl", [{"text": "fine"}, row])

@@ -7,8 +7,9 @@ Data (``--distill_data``, any mix of):
   ``--beir_split`` qrels is paired with each of its judged passages. The default split is ``train``, so a
   folder with test judgements only gives single texts and never trains on its test labels (its queries are
   still embedded, unlabelled: pass ``passages=FOLDER/corpus.jsonl`` to leave them out);
-- a JSONL file: ``{query, pos: [...]}`` or ``{query, positive}`` rows are pairs, ``{query}`` rows queries,
-  ``{text[, title]}`` rows passages (BEIR corpus rows); a text file: one passage per line;
+- a JSONL file: ``{query, pos: [...]}`` or ``{query, positive}`` rows are pairs (training groups and
+  triplets: their negatives become single passages), ``{query}`` rows queries, ``{text[, title]}`` rows
+  passages (BEIR corpus rows); a text file: one passage per line;
 - ``queries=PATH`` or ``passages=PATH``: every text of a JSONL or text file as that kind (a BEIR
   ``queries.jsonl`` on its own, say).
 
@@ -156,7 +157,10 @@ def _jsonl_items(path: Path) -> list[Item]:
                 raise DsPruneError(f"{where}: field 'query' must be a non-empty string")
             if not isinstance(pos, list) or not all(isinstance(p, str) and p.strip() for p in pos):
                 raise DsPruneError(f"{where}: 'pos'/'positive' must hold non-empty strings")
-            items += [Item(q, p) for p in pos] or [Item(q, None)]
+            neg = row.get("neg", [row["negative"]] if "negative" in row else [])
+            if not isinstance(neg, list) or not all(isinstance(p, str) and p.strip() for p in neg):
+                raise DsPruneError(f"{where}: 'neg'/'negative' must hold non-empty strings")
+            items += ([Item(q, p) for p in pos] or [Item(q, None)]) + [Item(None, p) for p in neg]
         elif isinstance(row.get("text"), str) and doc_text(row):
             items.append(Item(None, doc_text(row)))
         else:
