@@ -138,6 +138,7 @@ def _args(tmp_path, tiny_dirs, **kw):
     ({"deepspeed_overrides": '{"train_micro_batch_size_per_gpu": 3}'}, "contradicts the training arguments"),
     ({"teacher": "/no/such/teacher"}, "teacher not found"),
     ({"resume": "true"}, "--resume: no checkpoint"),
+    ({"grad_cache_chunk": -1}, "grad_cache_chunk must be >= 0"),
 ])
 def test_bad_options_fail_before_start(tmp_path, tiny_dirs, kw, message):
     args = _args(tmp_path, tiny_dirs, **kw)
