@@ -57,3 +57,25 @@ def copy_file(src: Path, dest: Path) -> None:
 
     with atomic_file(dest) as tmp:
         shutil.copyfile(src, tmp)
+
+
+def collect_recipe(recipe: Path, params: dict, out: Path, command: list[str], rerun: str) -> dict:
+    """A finished recipe run as a results document: its report, each stage's command and time, the code
+    version. ``rerun`` is the command to name when a stage has not finished."""
+    import shlex
+
+    from dsprune import formats
+    from dsprune.recipe import STAMP, load_recipe
+
+    _, stages = load_recipe(recipe, params=params)
+    done = []
+    for s in stages:
+        stamp = out / s.name / STAMP
+        if not stamp.is_file():
+            raise SystemExit(f"{stamp}: stage {s.name!r} has not finished; rerun {rerun}")
+        info = formats.read_json(stamp, "stage stamp")
+        done.append({"name": s.name, "seconds": info.get("seconds"), "launcher": info.get("launcher"),
+                     "command": info.get("command")})
+    return {"params": params, "recipe": str(recipe.relative_to(REPO)), "command": shlex.join(command),
+            "code_version": formats.code_version(), "stages": done,
+            "report": formats.read_json(out / "report" / "report.json", "recipe report")}

@@ -12,18 +12,16 @@ family's table is made by committed code like every row of the grid.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO, copy_file, launch_env, sh  # noqa: E402
+from benchmarks._common import REPO, collect_recipe, copy_file, launch_env, sh  # noqa: E402
 from benchmarks.grid import render  # noqa: E402
 from dsprune import formats  # noqa: E402
 from dsprune.errors import DsPruneError  # noqa: E402
-from dsprune.recipe import STAMP, load_recipe  # noqa: E402
 
 RECIPE = REPO / "recipes" / "effir-smollm2.yaml"
 # family -> (title, recipe params): the MLP drop scaled like SmolLM2's 15 of 30 (EffiR's 16 of 32)
@@ -40,22 +38,10 @@ def command(family: str) -> list[str]:
 def collect(family: str, out: Path, results: Path) -> Path:
     """The recipe's report with what made it: stage commands and times, code version."""
     title, params = FAMILIES[family]
-    _, stages = load_recipe(RECIPE, params=params)
-    report = out / "report"
-    table = formats.read_json(report / "report.json", "recipe report")
-    done = []
-    for s in stages:
-        stamp = out / s.name / STAMP
-        if not stamp.is_file():
-            raise SystemExit(f"{stamp}: stage {s.name!r} has not finished; rerun benchmarks/family.py {family}")
-        info = formats.read_json(stamp, "stage stamp")
-        done.append({"name": s.name, "seconds": info.get("seconds"), "launcher": info.get("launcher"),
-                     "command": info.get("command")})
-    doc = {"family": family, "title": title, "params": params, "recipe": str(RECIPE.relative_to(REPO)),
-           "command": shlex.join(command(family)), "code_version": formats.code_version(),
-           "stages": done, "report": table}
+    doc = {"family": family, "title": title,
+           **collect_recipe(RECIPE, params, out, command(family), f"benchmarks/family.py {family}")}
     results.mkdir(parents=True, exist_ok=True)
-    png = report / "quality_vs_speed.png"
+    png = out / "report" / "quality_vs_speed.png"
     if png.is_file():
         copy_file(png, results / f"{family}_quality_vs_speed.png")
         doc["plot"] = f"{family}_quality_vs_speed.png"

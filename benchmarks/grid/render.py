@@ -243,6 +243,7 @@ def render(results: Path, md: Path) -> str:
                 "", "nDCG@10 of each mask per setting; dashed: the setting's unpruned reference (dense, or the "
                 "control retrained on FinanceBench train); bars: the paired interval of the difference to it.", ""]
     out += render_families(results, md)
+    out += render_compress(results, md)
     out += ["## Provenance", ""]
     for r in ROWS:
         if r in docs:
@@ -318,6 +319,46 @@ def render_families(results: Path, md: Path) -> list[str]:
             out += [f"![{d['title']}: quality vs speed]({os.path.relpath(png, md.parent)})", ""]
         out += ["Stage minutes: " + ", ".join(f"{s['name']} {(s.get('seconds') or 0) / 60:.0f}"
                                               for s in d["stages"]) + ".", ""]
+    return out
+
+
+def render_compress(results: Path, md: Path) -> list[str]:
+    """A trained embedder through recipes/compress-embedder.yaml (benchmarks/compress_embedder.py)."""
+    p = results / "compress_embedder.json"
+    if not p.is_file():
+        return []
+    d = formats.read_json(p, "compress-embedder results")
+    table, plan, dist = d["report"], d["plan"], d["distill"]
+    minutes = sum(s.get("seconds") or 0 for s in d["stages"]) / 60
+    ref = next(r for r in table["rows"] if r["label"] == table["reference"])
+    out = [f"## {d['title']}", "",
+           f"`.venv/bin/python benchmarks/compress_embedder.py` runs `{d['command']}` ({d.get('code_version')}, "
+           f"{minutes:.0f} min of stages on 2 CPU cores) and keeps the recipe's `report` stage. The reference is "
+           "the unpruned model; one training seed, so no row is called better or worse here.", "",
+           f"- **Plan** (`dsprune plan`, target {plan['target_speedup']}× by FLOPs at {plan['seq_len']} tokens): "
+           f"drop {len(plan['attn'])} attention sub-layers {plan['attn']} and {len(plan['mlp'])} MLPs "
+           f"{plan['mlp']} of {plan['num_layers']}, slimming {plan['slim_ratio']}; FLOP ratio "
+           f"{plan['flop_ratio']:.3f}×.",
+           f"- **Distillation** (`launchers/train.py --mode distill`, teacher: the unpruned model): "
+           f"{dist['steps']} steps, data {dist['config']['distill_data']}, "
+           f"{dist['config']['per_device_batch_size']} items per rank × 2 ranks, {dist['config']['num_epochs']} "
+           f"epochs, learning rate {dist['config']['learning_rate']}, "
+           f"{'LoRA' if dist['config']['lora'] else 'full parameters'}; loss {dist['first']['loss']:.4f} at the "
+           f"first step, {dist['last']['loss']:.4f} at the last.",
+           "- **Confound:** the distillation text holds passages of the SciFact corpus (scifact_small's documents "
+           "are a subset) and the FinanceBench corpus, unlabelled; no test query or test label.", ""]
+    for r in table["rows"]:
+        if r is not ref and r.get("mean") is not None and ref.get("mean"):
+            sp = r.get("speed") or {}
+            speed = (f", measured speed-up {sp['document']:.2f}× (documents) / {sp['query']:.2f}× (queries)"
+                     if "document" in sp else "")
+            out.append(f"- {r['label']}: mean nDCG@10 {r['mean']:.4f} = {r['mean'] / ref['mean']:.3f} of the "
+                       f"unpruned {ref['mean']:.4f}{speed}.")
+    out += ["", compare.markdown(table), ""]
+    if d.get("plot") and (results / d["plot"]).is_file():
+        out += [f"![quality vs speed]({os.path.relpath(results / d['plot'], md.parent)})", ""]
+    out += ["Stage minutes: " + ", ".join(f"{s['name']} {(s.get('seconds') or 0) / 60:.0f}"
+                                          for s in d["stages"]) + ".", ""]
     return out
 
 

@@ -1,0 +1,62 @@
+"""benchmarks/compress_embedder.py: the compress-embedder recipe's report, plan and distillation summary are
+kept with their command, and RESULTS.md shows them with the retention of every model."""
+import json
+
+import pytest
+
+from benchmarks import compress_embedder as ce
+from benchmarks.grid import render
+from dsprune.recipe import load_recipe
+from dsprune.report import compare
+from tests.test_family import _results
+
+
+def test_recipe_chains_plan_drop_distill_and_benches_against_the_unpruned_model():
+    _, stages = load_recipe(ce.RECIPE)
+    by = {s.name: s for s in stages}
+    assert by["drop"].args["plan"] == "${plan}" and by["distill"].args["model"] == "${drop}"
+    assert by["distill"].args["mode"] == "distill" and by["distill"].args["teacher"] == "embeddinggemma-300m"
+    assert by["bench"].args["baseline"] == "embeddinggemma-300m"
+    assert by["report"].args["results"][0] == "${eval-full}"
+
+
+def _fake_run(tmp_path):
+    out = tmp_path / "out"
+    _, stages = load_recipe(ce.RECIPE)
+    for s in stages:
+        (out / s.name).mkdir(parents=True)
+        (out / s.name / "stage.json").write_text(json.dumps({"fingerprint": "f", "seconds": 120.0,
+                                                            "command": s.command, "launcher": s.launcher}))
+    (out / "plan" / "plan.json").write_text(json.dumps({"target_speedup": 2.0, "seq_len": 256, "attn": [20, 21],
+                                                        "mlp": [23], "slim_ratio": 0.0, "flop_ratio": 2.03,
+                                                        "num_layers": 24}))
+    (out / "distill" / "manifest.json").write_text(json.dumps({"config": {
+        "distill_data": ["a.jsonl"], "per_device_batch_size": 16, "num_epochs": 2, "learning_rate": 1e-4,
+        "lora": False}, "distill": {"teacher": "t"}}))
+    (out / "distill" / "log.jsonl").write_text("\n".join(json.dumps({"step": i + 1, "loss": 1.0 / (i + 1),
+                                                                    "loss_cosine": 0.1}) for i in range(4)))
+    labels = {"eval-full": ("unpruned", 0.8), "eval": ("drop + distill", 0.7), "eval-drop": ("drop only", 0.2),
+              "eval-minilm": ("all-MiniLM-L6-v2", 0.6)}
+    for i, name in enumerate(labels):
+        _results(tmp_path / "evals" / name, labels[name][1], i)
+    entries = compare.load_entries([str(tmp_path / "evals" / n) for n in labels], [], [v[0] for v in labels.values()])
+    (out / "report" / "report.json").write_text(json.dumps(compare.compare(entries)))
+    return out
+
+
+def test_collect_and_render(tmp_path):
+    out, results = _fake_run(tmp_path), tmp_path / "results"
+    results.mkdir()
+    doc = json.loads(ce.collect({}, out, results).read_text())
+    assert doc["command"] == "dsprune run --recipe recipes/compress-embedder.yaml --out out/recipes/compress-embedder"
+    assert doc["distill"]["steps"] == 4 and doc["distill"]["last"]["loss"] == 0.25 and doc["plan"]["mlp"] == [23]
+    text = render.render(results, tmp_path / "RESULTS.md")
+    section = text[text.index("## EmbeddingGemma-300M compressed"):text.index("## Provenance")]
+    ref = doc["report"]["rows"][0]["mean"]
+    row = next(r for r in doc["report"]["rows"] if r["label"] == "drop + distill")
+    assert f"drop + distill: mean nDCG@10 {row['mean']:.4f} = {row['mean'] / ref:.3f} of the unpruned" in section
+    assert "drop 2 attention sub-layers [20, 21] and 1 MLPs [23] of 24" in section
+    assert "4 steps" in section and "full parameters" in section and "one training seed" in section
+    (out / "distill" / "stage.json").unlink()
+    with pytest.raises(SystemExit, match="distill.*has not finished"):
+        ce.collect({}, out, results)
