@@ -79,3 +79,39 @@ def collect_recipe(recipe: Path, params: dict, out: Path, command: list[str], re
     return {"params": params, "recipe": str(recipe.relative_to(REPO)), "command": shlex.join(command),
             "code_version": formats.code_version(), "stages": done,
             "report": formats.read_json(out / "report" / "report.json", "recipe report")}
+
+
+def run_recipe_command(cmd: list[str], out: Path, what: str) -> None:
+    """Run ``dsprune run ...`` with this venv's dsprune, its log beside the recipe's output folder."""
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [str(BIN / "dsprune"), *cmd[1:]]
+    print(f"running the recipe ({what}log {out}.log)", flush=True)
+    sh(cmd, Path(f"{out}.log"), launch_env())
+
+
+def keep_results(doc: dict, out: Path, results: Path, name: str) -> Path:
+    """``doc`` as ``results/NAME.json``, with the recipe report's quality-vs-speed PNG beside it."""
+    from dsprune import formats
+
+    results.mkdir(parents=True, exist_ok=True)
+    png = out / "report" / "quality_vs_speed.png"
+    if png.is_file():
+        copy_file(png, results / f"{name}_quality_vs_speed.png")
+        doc["plot"] = f"{name}_quality_vs_speed.png"
+    dest = results / f"{name}.json"
+    formats.write_json(dest, doc)      # written to a temporary name and renamed
+    print(f"wrote {dest}")
+    return dest
+
+
+def rerender() -> None:
+    """RESULTS.md from the committed results; a failed render leaves it as it was (the results are kept)."""
+    from dsprune.errors import DsPruneError
+
+    from .grid import render
+
+    try:
+        render.render(render.RESULTS, render.RESULTS_MD)
+        print(f"rendered {render.RESULTS_MD}")
+    except DsPruneError as e:
+        print(f"error: {e}", file=sys.stderr)

@@ -18,10 +18,9 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO, collect_recipe, copy_file, launch_env, sh  # noqa: E402
+from benchmarks._common import REPO, collect_recipe, keep_results, rerender, run_recipe_command  # noqa: E402
 from benchmarks.grid import render  # noqa: E402
 from dsprune import formats  # noqa: E402
-from dsprune.errors import DsPruneError  # noqa: E402
 from dsprune.report import compare  # noqa: E402
 
 RECIPE = REPO / "recipes" / "compress-embedder.yaml"
@@ -56,13 +55,7 @@ def collect(params: dict, out: Path, results: Path) -> Path:
     doc["plan"] = {k: plan.get(k) for k in ("target_speedup", "seq_len", "attn", "mlp", "slim_ratio",
                                             "flop_ratio", "num_layers")}
     doc["distill"] = distill_summary(out / "distill")
-    png = out / "report" / "quality_vs_speed.png"
-    if png.is_file():
-        copy_file(png, results / f"{NAME}_quality_vs_speed.png")
-        doc["plot"] = f"{NAME}_quality_vs_speed.png"
-    dest = results / f"{NAME}.json"
-    formats.write_json(dest, doc)      # written to a temporary name and renamed
-    return dest
+    return keep_results(doc, out, results, NAME)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,19 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     params = dict(p.split("=", 1) for p in a.param)
     if not a.collect:
-        OUT.mkdir(parents=True, exist_ok=True)
-        cmd = command(params)
-        cmd[0] = str(Path(sys.executable).parent / "dsprune")
-        print(f"running the recipe (log {OUT}.log)", flush=True)
-        sh(cmd, Path(f"{OUT}.log"), launch_env())
+        run_recipe_command(command(params), OUT, "")
     dest = collect(params, OUT, Path(a.results))
     print(compare.markdown(formats.read_json(dest, "results")["report"]))
-    print(f"wrote {dest}")
-    try:    # the results are kept either way; a failed render leaves RESULTS.md as it was
-        render.render(render.RESULTS, render.RESULTS_MD)
-        print(f"rendered {render.RESULTS_MD}")
-    except DsPruneError as e:
-        print(f"error: {e}", file=sys.stderr)
+    rerender()
     return 0
 
 

@@ -18,10 +18,8 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO, collect_recipe, copy_file, launch_env, sh  # noqa: E402
+from benchmarks._common import REPO, collect_recipe, keep_results, rerender, run_recipe_command  # noqa: E402
 from benchmarks.grid import render  # noqa: E402
-from dsprune import formats  # noqa: E402
-from dsprune.errors import DsPruneError  # noqa: E402
 
 RECIPE = REPO / "recipes" / "effir-smollm2.yaml"
 # family -> (title, recipe params): the MLP drop scaled like SmolLM2's 15 of 30 (EffiR's 16 of 32)
@@ -40,14 +38,7 @@ def collect(family: str, out: Path, results: Path) -> Path:
     title, params = FAMILIES[family]
     doc = {"family": family, "title": title,
            **collect_recipe(RECIPE, params, out, command(family), f"benchmarks/family.py {family}")}
-    results.mkdir(parents=True, exist_ok=True)
-    png = out / "report" / "quality_vs_speed.png"
-    if png.is_file():
-        copy_file(png, results / f"{family}_quality_vs_speed.png")
-        doc["plot"] = f"{family}_quality_vs_speed.png"
-    dest = results / f"{family}.json"
-    formats.write_json(dest, doc)      # written to a temporary name and renamed
-    return dest
+    return keep_results(doc, out, results, family)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,18 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     out = REPO / "out" / "recipes" / f"effir-{a.family}"
     if not a.collect:
-        out.mkdir(parents=True, exist_ok=True)
-        cmd = command(a.family)
-        cmd[0] = str(Path(sys.executable).parent / "dsprune")
-        print(f"running the recipe (~1.5 h from scratch on 2 CPU cores; log {out}.log)", flush=True)
-        sh(cmd, Path(f"{out}.log"), launch_env())
-    dest = collect(a.family, out, Path(a.results))
-    print(f"wrote {dest}")
-    try:    # the family's results are kept either way; a failed render leaves RESULTS.md as it was
-        render.render(render.RESULTS, render.RESULTS_MD)
-        print(f"rendered {render.RESULTS_MD}")
-    except DsPruneError as e:
-        print(f"error: {e}", file=sys.stderr)
+        run_recipe_command(command(a.family), out, "~1.5 h from scratch on 2 CPU cores; ")
+    collect(a.family, out, Path(a.results))
+    rerender()
     return 0
 
 
