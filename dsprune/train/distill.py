@@ -251,15 +251,6 @@ def read_table(path: Path, meta: dict) -> torch.Tensor:
 
 
 # ---- the loss -------------------------------------------------------------------------------------------------
-def _gather(x: torch.Tensor) -> torch.Tensor:
-    """Every rank's ``x`` (no gradient needed), in rank order like ``gather_with_grad``."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return x
-    out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
-    dist.all_gather(out, x.contiguous())
-    return torch.cat(out)
-
-
 def distill_loss(q, p, tq, tp, has_q, has_p, args, infonce: bool) -> tuple[torch.Tensor, dict]:
     """The weighted distillation terms (see the module's docstring) for one micro-batch: ``q``/``p`` the
     student's query and passage slots [B, d], ``tq``/``tp`` the teacher's, ``has_q``/``has_p`` [B] which
@@ -277,8 +268,8 @@ def distill_loss(q, p, tq, tp, has_q, has_p, args, infonce: bool) -> tuple[torch
         b = q.shape[0]
         cross = args.cross_rank_negatives and dist.is_available() and dist.is_initialized()
         p_all = gather_with_grad(p) if cross else p
-        tp_all = _gather(tp) if cross else tp
-        col_ok = (_gather(has_p.float()) if cross else has_p.float()) > 0
+        tp_all = gather_with_grad(tp) if cross else tp
+        col_ok = (gather_with_grad(has_p.float()) if cross else has_p.float()) > 0
         own = torch.arange(b, device=dev) + (dist.get_rank() * b if cross else 0)
         valid = col_ok.unsqueeze(0).repeat(b, 1)
         valid[torch.arange(b, device=dev), own] &= has_q  # a passage row leaves out its own column

@@ -53,14 +53,8 @@ def step(engine, inputs: Sequence[Inputs | None], loss_fn: LossFn, chunk: int, d
             pieces[k].append(_forward(engine, inputs[k], s, e, device))
     embs = [torch.cat(p).detach().requires_grad_() if p else None for p in pieces]
     loss, parts = loss_fn(embs)
-    live = [e for e in embs if e is not None]
-    grads = torch.autograd.grad(loss, live, allow_unused=True)
-    grad_of = {}
-    it = iter(grads)
-    for k, e in enumerate(embs):
-        if e is not None:
-            g = next(it)
-            grad_of[k] = torch.zeros_like(e) if g is None else g
+    live = {k: e for k, e in enumerate(embs) if e is not None}
+    grad_of = dict(zip(live, torch.autograd.grad(loss, list(live.values()), materialize_grads=True)))
     loss = loss.detach()
 
     def chunk_loss(j: int, k: int, s: int, e: int) -> torch.Tensor:
