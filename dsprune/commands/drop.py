@@ -30,7 +30,7 @@ class Args(CalibArgs, EncoderArgs):
 
 def run(args: Args) -> int:
     from ..report.heatmap import drop_order_heatmap
-    from ..surgery.prune import count_params, drop_sublayers, export, num_layers, structure
+    from ..surgery.prune import count_params, drop_sublayers, num_layers, structure
 
     req = DropRequest(mlp=args.drop_mlp, attn=args.drop_attn, blocks=args.drop_blocks, last=args.drop_last,
                       protect=args.protect)
@@ -63,9 +63,6 @@ def run(args: Args) -> int:
             scores = None
         plan = plan_one_shot(scores or {"attn": {}, "mlp": {}, "block": {}}, n, req, gone_attn, gone_mlp)
         drop_sublayers(enc, plan.attn, plan.mlp)
-    params_after = count_params(enc.model)
-    figures.update(params_before=params_before, params_after=params_after,
-                   param_ratio=round(params_after / params_before, 4))
     out = Path(args.out)
 
     def write_scores_and_plot(folder: Path) -> None:
@@ -75,9 +72,8 @@ def run(args: Args) -> int:
             drop_order_heatmap(scores, n, folder / "drop_order.png", chosen={"attn": plan.attn, "mlp": plan.mlp},
                                title=f"{Path(args.model).name}: drop {req.label()} (red = dropped)")
 
-    export(enc, out, overwrite=args.overwrite, stage="drop", inputs={"model": args.model, "scores": args.scores},
-           config=asdict(args), figures=figures, params_before=params_before, write_extra=write_scores_and_plot,
-           drop=req.label(), steps=plan.steps)
+    params_after = _export(enc, args, plan, req.label(), params_before, {"model": args.model, "scores": args.scores},
+                           figures, write_scores_and_plot)
     print(f"dropped {req.label()}: attention {plan.attn or '-'}, MLP {plan.mlp or '-'}")
     print(f"parameters {params_before:,} -> {params_after:,} ({params_after / params_before:.3f}x)")
     print(f"export: {out}")
@@ -87,7 +83,7 @@ def run(args: Args) -> int:
 def _run_plan(args: Args, req: DropRequest) -> int:
     """Drop what a ``dsprune plan`` chose: no scores, no counts (they would contradict it)."""
     from ..importance.plan import read_plan
-    from ..surgery.prune import count_params, drop_sublayers, export, num_layers
+    from ..surgery.prune import count_params, drop_sublayers, num_layers
 
     if any((req.mlp, req.attn, req.blocks, req.last, args.iterative, args.scores)):
         raise DsPruneError("--plan chooses the sub-layers itself: drop drop_mlp/drop_attn/drop_blocks/"
@@ -104,12 +100,20 @@ def _run_plan(args: Args, req: DropRequest) -> int:
         raise DsPruneError(f"{args.plan}: the plan drops layer(s) {early}, inside --protect {args.protect}")
     before = count_params(enc.model)
     drop_sublayers(enc, plan.attn, plan.mlp)
-    after = count_params(enc.model)
     label = DropRequest(mlp=len(plan.mlp), attn=len(plan.attn)).label()
-    export(enc, args.out, overwrite=args.overwrite, stage="drop", inputs={"model": args.model, "plan": args.plan},
-           config=asdict(args), figures={"params_before": before, "params_after": after,
-                                         "param_ratio": round(after / before, 4)},
-           params_before=before, drop=label, steps=plan.steps)
+    after = _export(enc, args, plan, label, before, {"model": args.model, "plan": args.plan}, {})
     print(f"dropped {label} (plan {args.plan}): attention {plan.attn or '-'}, MLP {plan.mlp or '-'}; "
           f"parameters {before:,} -> {after:,}; export: {args.out}")
     return 0
+
+
+def _export(enc, args: Args, plan: DropPlan, label: str, before: int, inputs: dict, figures: dict,
+            write_extra=None) -> int:
+    """The dropped model's export with its parameter counts (both ways of choosing what to drop end here)."""
+    from ..surgery.prune import count_params, export
+
+    after = count_params(enc.model)
+    figures.update(params_before=before, params_after=after, param_ratio=round(after / before, 4))
+    export(enc, args.out, overwrite=args.overwrite, stage="drop", inputs=inputs, config=asdict(args),
+           figures=figures, params_before=before, write_extra=write_extra, drop=label, steps=plan.steps)
+    return after
