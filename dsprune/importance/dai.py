@@ -71,21 +71,22 @@ VARIANTS = {"paper": _paper, "reference": _reference}
 
 
 def _mode(table: dict, name: str, what: str):
+    """``table[name]``; ``what`` names the option in the error as the user set it."""
     if name not in table:
-        raise DsPruneError(f"dai.{what} must be one of {', '.join(table)}, not {name!r}")
+        raise DsPruneError(f"{what} must be one of {', '.join(table)}, not {name!r}")
     return table[name]
 
 
 def alignment(g_gen: torch.Tensor, g_dom: torch.Tensor, f_gen: torch.Tensor, f_dom: torch.Tensor,
               how: str = "consistency", eps: float = 1e-8, allreduce: Allreduce | None = None) -> torch.Tensor:
     """Per-weight alignment s ∈ [−1, 1] (see the module docstring). Inputs may be shards of one weight."""
-    return _mode(ALIGNMENTS, how, "alignment")(g_gen, g_dom, f_gen, f_dom, eps, allreduce)
+    return _mode(ALIGNMENTS, how, "dai.alignment")(g_gen, g_dom, f_gen, f_dom, eps, allreduce)
 
 
 def dai_score(f_dom: torch.Tensor, f_gen: torch.Tensor, theta: torch.Tensor, s: torch.Tensor,
               alpha: float = 0.2, beta: float = 1.0, gamma: float = 0.5, variant: str = "paper") -> torch.Tensor:
     """Eq. 5 element-wise, in fp32."""
-    combine = _mode(VARIANTS, variant, "variant")
+    combine = _mode(VARIANTS, variant, "dai.variant")
     mag = theta.float().abs()
     return combine((f_dom.float() - beta * f_gen.float()) * mag, mag, s, alpha, gamma)
 
@@ -106,10 +107,8 @@ class DaiParams:
 
     def check(self) -> "DaiParams":
         """The option names of ``dsprune dai`` in the messages: they are what the user typed."""
-        if self.alignment not in ALIGNMENTS:
-            raise DsPruneError(f"--alignment must be one of {', '.join(ALIGNMENTS)}, not {self.alignment!r}")
-        if self.variant not in VARIANTS:
-            raise DsPruneError(f"--variant must be one of {', '.join(VARIANTS)}, not {self.variant!r}")
+        _mode(ALIGNMENTS, self.alignment, "--alignment")
+        _mode(VARIANTS, self.variant, "--variant")
         if self.fisher_scale != "balanced":
             try:
                 float(self.fisher_scale)
