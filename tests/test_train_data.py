@@ -181,3 +181,17 @@ def test_a_packaged_model_name_trains_like_a_path(tmp_path, tiny_dirs, monkeypat
     check_before_start(_args(tmp_path, tiny_dirs, model="tinyllm"))
     with pytest.raises(DsPruneError, match="model not found: nosuch"):
         check_before_start(_args(tmp_path, tiny_dirs, model="nosuch"))
+
+
+def test_freeze_keeps_named_parameters_out_of_full_training(tmp_path, tiny_dirs):
+    from dsprune.train.loop import Hooks, load_student
+    args = _args(tmp_path, tiny_dirs, lora="false", freeze="embed_tokens")
+    enc = load_student(args, "cpu", Hooks())
+    frozen = {n for n, p in enc.named_parameters() if not p.requires_grad}
+    assert frozen and all("embed_tokens" in n for n in frozen)
+    assert any(p.requires_grad for p in enc.parameters())
+    args.freeze = "embed_tokenz"
+    with pytest.raises(DsPruneError, match="freeze: no parameter name contains 'embed_tokenz'"):
+        load_student(args, "cpu", Hooks())
+    with pytest.raises(DsPruneError, match="freeze applies to full-parameter training"):
+        train(_args(tmp_path, tiny_dirs, freeze="embed_tokens"))

@@ -93,6 +93,10 @@ class LoraArgs:
     lora_alpha: int = 64
     lora_dropout: float = 0.0
     lora_targets: str = field(default=LORA_TARGETS, metadata={"help": "comma-separated module names"})
+    freeze: str = field(default="", metadata={
+        "help": "full-parameter training: comma-separated parameter-name parts kept frozen, e.g. embed_tokens "
+                "(a 262k-token embedding table is most of a small embedder's optimizer state and gradient "
+                "traffic, and pruning never touches it)"})
 
 
 @dataclass
@@ -156,6 +160,8 @@ def validate(args: TrainArgs) -> None:
     if args.lora:
         need(args.lora_r >= 1, f"lora_r must be at least 1, not {args.lora_r}")
         need(bool([t for t in args.lora_targets.split(",") if t.strip()]), "lora_targets is empty")
+        need(not args.freeze.strip(), "freeze applies to full-parameter training (lora: false); LoRA already "
+                                      "freezes every base weight")
     ds = resolve_path(args.deepspeed)
     need(ds.is_file(), f"deepspeed config not found: {args.deepspeed}")
     as_mapping(args.deepspeed_overrides, "deepspeed_overrides")

@@ -178,7 +178,19 @@ def load_student(args: TrainArgs, device: str, hooks: Hooks, attach_lora: bool =
     elif not args.lora:
         for p in enc.parameters():
             p.requires_grad_(True)
+        freeze(enc, args.freeze)
     return enc
+
+
+def freeze(enc: Encoder, parts: str) -> None:
+    """Keep the parameters whose names contain one of ``parts`` (comma-separated) out of training."""
+    for part in (t.strip() for t in parts.split(",") if t.strip()):
+        hit = [p for n, p in enc.named_parameters() if part in n]
+        if not hit:
+            raise DsPruneError(f"freeze: no parameter name contains {part!r} "
+                               f"(e.g. {next(n for n, _ in enc.named_parameters())})")
+        for p in hit:
+            p.requires_grad_(False)
 
 
 def build_engine(run: Run) -> Models:
