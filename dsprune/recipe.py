@@ -243,7 +243,7 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
                 raise DsPruneError(f"stage {stage.name!r} is not up to date and not selected with --only")
             print(f"[{stage.name}] running -> {folder}")
             t0 = time.perf_counter()
-            _run_stage(stage, args, folder, execute or _execute)
+            _run_stage(stage, args, folder, execute or _execute, fp)
             info = {"fingerprint": fp, "args": args, "seconds": round(time.perf_counter() - t0, 1),
                     "command": stage.command, "launcher": stage.launcher}
             formats.write_json(stamp, info)
@@ -255,7 +255,7 @@ def _execute(cmd: list[str], folder: Path) -> int:
     return subprocess.run(cmd, env=dict(os.environ)).returncode
 
 
-def _run_stage(stage: Stage, args: dict, folder: Path, execute: Execute) -> None:
+def _run_stage(stage: Stage, args: dict, folder: Path, execute: Execute, fp: str = "") -> None:
     args = dict(args)
     if stage.command:
         args.setdefault("out", str(folder))
@@ -263,12 +263,16 @@ def _run_stage(stage: Stage, args: dict, folder: Path, execute: Execute) -> None
         cmd = [sys.executable, "-m", "dsprune.cli", stage.command, *_argv(args)]
     else:
         args.setdefault("output_dir", str(folder))
-        if stage.launcher == "train" and (folder / "checkpoints" / "latest").is_file():
-            # an interrupted run of this very stage (same fingerprint): continue it
-            args.pop("overwrite", None)
+        # the run folder is the trainer's to replace, so the fingerprint of the run it holds lives beside it
+        started = folder.parent / f".{folder.name}.started"
+        same_run = started.is_file() and started.read_text().strip() == fp
+        if stage.launcher == "train" and same_run and (folder / "checkpoints" / "latest").is_file():
+            args.pop("overwrite", None)  # an interrupted run of this very stage: continue it
             args["resume"] = True
         elif stage.launcher == "train" and folder.exists() and not args.get("resume"):
-            args["overwrite"] = True  # a stale, unfinished folder of this stage
+            args["overwrite"] = True  # a stale folder: unfinished, or finished with other inputs
+        started.parent.mkdir(parents=True, exist_ok=True)
+        formats.write_text(started, fp)
         port = [] if "--master_port" in stage.deepspeed_args else ["--master_port", str(free_port())]
         cmd = ["deepspeed", "--num_gpus", str(stage.num_gpus), *port, *stage.deepspeed_args,
                str(REPO_ROOT / "launchers" / f"{stage.launcher}.py"), *_argv(args)]

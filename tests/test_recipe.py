@@ -115,3 +115,28 @@ def test_param_values_from_the_command_line_are_typed():
                                                                               "ratio": 0.3}
     with pytest.raises(DsPruneError, match="NAME=VALUE"):
         parse_params(["drop_mlp"])
+
+
+def test_train_stage_resumes_only_its_own_interrupted_run(tmp_path):
+    """A checkpoint left by an interrupted run is continued; one left by a run with other inputs is replaced."""
+    def recipe(lr):
+        p = tmp_path / "t.yaml"
+        p.write_text(f"out: {tmp_path / 'out'}\nstages:\n  - name: fit\n    launcher: train\n"
+                     f"    args: {{model: m, train_data: d, learning_rate: {lr}}}\n")
+        return p
+
+    calls = []
+
+    def interrupted(cmd, folder):   # the launch dies after its first checkpoint
+        calls.append(cmd)
+        (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (folder / "checkpoints" / "latest").write_text("step_1")
+        return 1
+
+    for lr in (0.1, 0.1, 0.2):
+        with pytest.raises(DsPruneError, match="stage 'fit' failed"):
+            run_recipe(recipe(lr), execute=interrupted)
+    first, same, changed = calls
+    assert "--resume" not in first
+    assert "--resume" in same and "--overwrite" not in same
+    assert "--resume" not in changed and "--overwrite" in changed
