@@ -5,12 +5,17 @@ active exception") after all its work is done and written, and DeepSpeed's share
 one host) never unlinks its per-rank buffer in /dev/shm, which is RAM and outlives the process, so every launch
 would leave memory behind. Destroying the group is not always enough: a thread torch left in C++ can
 still wake during interpreter finalization and abort the rank, so a launcher's rank leaves through
-``exit_rank`` instead."""
+``exit_rank`` instead.
+
+Across nodes, every rank writes its own checkpoint shards into the run folder and reads the others' back on
+resume, so that folder must be storage every node shares; ``check_shared_folder`` proves it at start-up rather
+than letting a run on node-local disks train and leave checkpoints no node can load."""
 from __future__ import annotations
 
 import faulthandler
 import logging
 import os
+import secrets
 import socket
 import sys
 from contextlib import contextmanager
@@ -43,6 +48,36 @@ def one_rank_env() -> Iterator[None]:
     finally:
         for key in added:
             os.environ.pop(key, None)
+
+
+def check_shared_folder(folder: Path, rank: int) -> None:
+    """Every rank reads back the file rank 0 has just written into ``folder`` (made by rank 0), or every rank
+    raises one error naming the hosts that cannot: their shards would land on a disk rank 0 never reads."""
+    import torch.distributed as dist
+
+    from .errors import DsPruneError
+
+    token = [secrets.token_hex(8) if rank == 0 else None]
+    dist.broadcast_object_list(token, src=0)
+    probe = folder / f".shared-{token[0]}"
+    if rank == 0:
+        probe.write_text(token[0])
+    dist.barrier()
+    try:
+        seen = probe.read_text() == token[0]
+    except OSError:
+        seen = False
+    views: list = [None] * dist.get_world_size()
+    dist.all_gather_object(views, (socket.gethostname(), seen))
+    if rank == 0:
+        probe.unlink()
+    blind = [f"{host} (rank {r})" for r, (host, ok) in enumerate(views) if not ok]
+    if blind:
+        if rank == 0 and not any(folder.iterdir()):
+            folder.rmdir()  # made for this run only: leave nothing behind
+        raise DsPruneError(f"{folder}: not shared by every node: {', '.join(blind)} cannot read what rank 0 "
+                           "writes there; put the output on storage every node mounts (checkpoints hold every "
+                           "rank's shards)")
 
 
 def close_process_group() -> None:

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from .. import formats
+from ..distributed import check_shared_folder
 from ..encoder import Encoder, EncoderConfig
 from ..errors import DsPruneError
 from ..losses import info_nce, kl_distill
@@ -152,6 +153,8 @@ def set_up(args: TrainArgs, hooks: Hooks, groups: list) -> Run:
         if out.exists() and args.overwrite:
             shutil.rmtree(out)
         out.mkdir(parents=True, exist_ok=True)
+    check_shared_folder(out, rank)  # across nodes, checkpoints need one folder every rank sees
+    if rank == 0:
         formats.write_json(out / ARGS_FILE, dataclasses.asdict(args))
     dist.barrier()
     return Run(args, hooks, rank, world, device, groups, schedule, max_steps, out)
