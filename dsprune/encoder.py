@@ -11,7 +11,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -21,6 +21,27 @@ from .errors import DsPruneError
 from .settings import cache_dir
 
 POOLINGS = ("mean", "last", "cls")
+# Post-training quantisation schemes ``Encoder.load(quantize=...)`` knows; int8: torch's dynamic quantisation of
+# every Linear layer (int8 weights, activations quantised per batch as they come), whose kernels are CPU ones.
+QUANTIZE = ("int8",)
+
+
+def check_quantize(quantize: str | None, device: str = "cpu", dtype: str | torch.dtype = "float32") -> None:
+    """Refuse, before any model is loaded, a scheme dsprune does not know or a device/dtype it cannot run on."""
+    if quantize is None:
+        return
+    if quantize not in QUANTIZE:
+        raise DsPruneError(f"quantize must be one of {', '.join(QUANTIZE)}, not {quantize!r}")
+    if torch.device(device).type != "cpu":
+        raise DsPruneError(f"quantize {quantize} has CPU kernels only: use --device cpu, not {device!r}")
+    if (getattr(torch, dtype) if isinstance(dtype, str) else dtype) != torch.float32:
+        raise DsPruneError(f"quantize {quantize} starts from float32 weights: use --dtype float32, not {dtype}")
+
+
+def quantized_fingerprint(fingerprint: str, quantize: str | None) -> str:
+    """The fingerprint a quantised model's results and benches carry: it computes differently from the float
+    model in the same folder, so a report must never match one's speed-up or score to the other."""
+    return f"{fingerprint}+{quantize}" if quantize else fingerprint
 
 
 @dataclass
@@ -101,6 +122,7 @@ class Encoder(nn.Module):
         if len(self.head) != len(self.config.dense):
             raise DsPruneError(f"the head has {len(self.head)} Dense layer(s), encoder.dense {len(self.config.dense)}")
         self.train(model.training)  # an nn.Module starts in training mode; follow the backbone instead
+        self.quantized: str | None = None
         self._setup_tokenizer()
 
     # ---- structure ---------------------------------------------------------------------------------
@@ -135,24 +157,43 @@ class Encoder(nn.Module):
             raise DsPruneError("encoder.append_eos is set but the tokenizer has no EOS token")
 
     # ---- text -> tensors ---------------------------------------------------------------------------
-    def tokenize(self, texts: Sequence[str], kind: str = "passage", task: str | None = None,
-                 max_length: int | None = None) -> dict[str, torch.Tensor]:
-        """The one tokenisation: prompt, truncation, EOS, padding. Training and evaluation both call it."""
+    def token_ids(self, texts: Sequence[str], kind: str = "passage", task: str | None = None,
+                  max_length: int | None = None) -> list[list[int]]:
+        """Prompt, truncation and EOS, no padding: the ids ``tokenize`` pads and ``encode`` sorts by length."""
         cfg = self.config
         if max_length is None:
             max_length = (cfg.query_max_length or cfg.max_length) if kind == "query" else cfg.max_length
         prompt = cfg.prompt(kind, task)
         texts = [prompt + t for t in texts]
         room = max_length - (1 if cfg.append_eos else 0)
-        enc = self.tokenizer(texts, truncation=True, max_length=room, padding=False,
-                             return_attention_mask=False)
-        ids = enc["input_ids"]
+        ids = self.tokenizer(texts, truncation=True, max_length=room, padding=False,
+                             return_attention_mask=False)["input_ids"]
         if cfg.append_eos:
             eos = self.tokenizer.eos_token_id
             ids = [x if (x and x[-1] == eos) else x + [eos] for x in ids]
-        batch = self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt",
+        return ids
+
+    def pad(self, ids: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
+        """Pad token ids to the longest of them, on the configured side."""
+        batch = self.tokenizer.pad({"input_ids": list(ids)}, padding=True, return_tensors="pt",
                                    return_attention_mask=True)
         return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+    def tokenize(self, texts: Sequence[str], kind: str = "passage", task: str | None = None,
+                 max_length: int | None = None) -> dict[str, torch.Tensor]:
+        """The one tokenisation: prompt, truncation, EOS, padding. Training and evaluation both call it."""
+        return self.pad(self.token_ids(texts, kind, task, max_length))
+
+    def batches(self, texts: Sequence[str], kind: str = "passage", batch_size: int = 32, task: str | None = None,
+                max_length: int | None = None) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+        """``(indices into texts, padded batch)``, longest first. Texts are tokenised once and batched by token
+        count: characters per token vary too much between texts (numbers, names, formulas) for a character
+        sort to put equal token counts together, and every pad position costs a full token of compute."""
+        ids = self.token_ids(texts, kind, task, max_length)
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            yield idx, self.pad([ids[i] for i in idx])
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
@@ -164,11 +205,14 @@ class Encoder(nn.Module):
             emb = nn.functional.normalize(emb.float(), dim=-1).to(emb.dtype)
         return emb
 
-    @torch.no_grad()
     def encode(self, texts: Sequence[str], kind: str = "passage", batch_size: int = 32,
                task: str | None = None, show_progress: bool = True,
                max_length: int | None = None) -> torch.Tensor:
-        """Embed texts in batches (sorted by length to waste little padding); returns fp32 on CPU."""
+        """Embed texts in batches of similar token count; returns fp32 on CPU, in the order given.
+
+        The forward runs under ``torch.inference_mode`` (no autograd bookkeeping at all); the result is put
+        together outside it, so it is an ordinary tensor that training code (a distillation teacher's targets)
+        may use in a loss."""
         from tqdm.auto import tqdm
 
         texts = list(texts)
@@ -176,19 +220,38 @@ class Encoder(nn.Module):
             return torch.empty(0, self.embedding_dim)
         was_training = self.training
         self.eval()
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        out = [None] * len(texts)
         dev = self.device
         what = "queries" if kind == "query" else f"{kind}s"
-        bar = tqdm(range(0, len(texts), batch_size), desc=f"encode {what}", disable=not show_progress, leave=False)
-        for start in bar:
-            idx = order[start:start + batch_size]
-            batch = self.tokenize([texts[i] for i in idx], kind, task, max_length)
-            emb = self(batch["input_ids"].to(dev), batch["attention_mask"].to(dev)).float().cpu()
-            for j, i in enumerate(idx):
-                out[i] = emb[j]
+        order, parts = [], []
+        with torch.inference_mode():
+            for idx, batch in tqdm(self.batches(texts, kind, batch_size, task, max_length),
+                                   total=-(-len(texts) // batch_size), desc=f"encode {what}",
+                                   disable=not show_progress, leave=False):
+                parts.append(self(batch["input_ids"].to(dev), batch["attention_mask"].to(dev)).float().cpu())
+                order += idx
         self.train(was_training)
-        return torch.stack(out)
+        return torch.cat(parts)[torch.tensor(order).argsort()]
+
+    def quantize(self, scheme: str | None) -> "Encoder":
+        """Quantise the Linear layers of the backbone and the Dense head in place (None: leave as is).
+
+        Inference only: quantised layers carry no gradient and no safetensors weights, so ``save`` refuses such
+        an encoder; quantise at load time instead. The embedding table stays float32 (a lookup, no compute)."""
+        import warnings
+
+        from torch.ao.quantization import quantize_dynamic
+
+        check_quantize(scheme, str(self.device), next(self.model.parameters()).dtype)
+        if scheme is None:
+            return self
+        if self.quantized:
+            raise DsPruneError(f"the encoder is already quantised ({self.quantized})")
+        with warnings.catch_warnings():     # torch announces the API's move to torchao: nothing a user can act on
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
+            quantize_dynamic(self, {nn.Linear}, dtype=torch.qint8, inplace=True)
+        self.quantized = scheme
+        return self
 
     @property
     def embedding_dim(self) -> int:
@@ -200,6 +263,9 @@ class Encoder(nn.Module):
     def save(self, path: str | os.PathLike, sentence_transformers: bool = True) -> None:
         """Save weights, tokenizer and encoder config; also the sentence-transformers modules (Pooling, Dense
         weights, Normalize), prompts and max length, so the folder is again a sentence-transformers model."""
+        if self.quantized:
+            raise DsPruneError(f"a {self.quantized}-quantised encoder cannot be saved: save the float model and "
+                               "quantise when loading it")
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path, safe_serialization=True)
@@ -215,8 +281,9 @@ class Encoder(nn.Module):
     @classmethod
     def load(cls, path: str | os.PathLike, config: EncoderConfig | dict | None = None,
              dtype: str | torch.dtype = "float32", device: str = "cpu", gguf_file: str | None = None,
-             attn_implementation: str | None = "sdpa") -> "Encoder":
-        """Load an HF folder, a sentence-transformers folder, a dsprune export or a GGUF file.
+             attn_implementation: str | None = "sdpa", quantize: str | None = None) -> "Encoder":
+        """Load an HF folder, a sentence-transformers folder, a dsprune export or a GGUF file; ``quantize``
+        (one of ``QUANTIZE``) quantises it for inference after loading.
 
         The encoder config comes from, in order: the argument, ``dsprune_encoder.json``, the
         sentence-transformers files, defaults. The Dense head's weights always come from the folder's
@@ -225,6 +292,7 @@ class Encoder(nn.Module):
         from transformers import AutoTokenizer
 
         from .packaged import model_path
+        check_quantize(quantize, device, dtype)
         path = Path(model_path(str(path)))
         if str(path).endswith(".gguf"):
             path, gguf_file = path.parent, path.name
@@ -251,7 +319,7 @@ class Encoder(nn.Module):
         arch.family_of(getattr(model, "backbone", model).config)  # refuses an unsupported family by name
         head = st_folder.build_head(config.dense)
         st_folder.load_head_weights(head, dense_dirs)
-        return cls(model.to(device), tok, config, head.to(device=device, dtype=dtype))
+        return cls(model.to(device), tok, config, head.to(device=device, dtype=dtype)).quantize(quantize)
 
 
 def _load_model(path: Path, **kw) -> nn.Module:

@@ -24,11 +24,13 @@ class EncoderArgs(ModelArgs):
     max_length: int | None = field(default=None, metadata={"help": "override the encoder's max length"})
 
 
-def load_encoder(args: ModelArgs, path: str | None = None, **overrides):
-    """``args.model`` (or ``path``) as an Encoder; ``overrides`` replace encoder settings (None = keep)."""
+def load_encoder(args: ModelArgs, path: str | None = None, quantize: str | None = None, **overrides):
+    """``args.model`` (or ``path``) as an Encoder, ``quantize``d for inference if asked; ``overrides`` replace
+    encoder settings (None = keep)."""
     from ..encoder import Encoder
 
-    enc = Encoder.load(args.model if path is None else path, dtype=args.dtype, device=args.device)
+    enc = Encoder.load(args.model if path is None else path, dtype=args.dtype, device=args.device,
+                       quantize=quantize)
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
         enc.config = dataclasses.replace(enc.config, **overrides)   # checked like a loaded config

@@ -28,6 +28,7 @@ class Args(ModelArgs):
     batch_size: int = 32
     max_length: Optional[int] = field(default=None, metadata={"help": "override the encoder's max_length"})
     threads: Optional[int] = field(default=None, metadata={"help": "torch threads (default: leave as is)"})
+    quantize: Optional[str] = field(default=None, metadata={"help": "int8: dynamic int8 Linear layers (CPU)"})
     geometry: bool = field(default=False, metadata={"help": "also compute embedding geometry metrics"})
     geometry_data: Optional[str] = field(default=None, metadata={
         "help": "BEIR folder for geometry pairs (default: the first local retrieval task's folder)"})
@@ -74,6 +75,7 @@ def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loade
     """results.json's document: the tasks' scores, and the embedding geometry if asked."""
     import mteb
 
+    from ..encoder import quantized_fingerprint
     from ..eval import evaluate, geometry
     from ..eval.mteb_model import MtebEncoder, fingerprint
 
@@ -84,8 +86,8 @@ def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loade
                            "retrieval task")
     geo_split = args.split or next((s.split for s in beir), "test")
     pairs = geometry.pairs_from_beir(geo_folder, geo_split, args.geometry_samples) if args.geometry else None
-    fp = fingerprint(weights_dir)
-    enc = load_encoder(args, str(model_dir), max_length=args.max_length)
+    fp = quantized_fingerprint(fingerprint(weights_dir), args.quantize)
+    enc = load_encoder(args, str(model_dir), quantize=args.quantize, max_length=args.max_length)
     model = MtebEncoder(enc, model_dir.name, fp, {s.name: s.instruction for s in specs},
                         batch_size=args.batch_size, show_progress=not args.quiet)
     shown = ("pooling", "normalize", "max_length", "query_max_length")

@@ -1,8 +1,10 @@
 """Honest speed: encoding throughput of two models on the same real inputs, and the FLOPs that explain it.
 
 Both models run in one process on the same sampled documents and queries, each padded to exactly the benched
-length (so every batch costs what its shape says), after a warm-up, alternating models between repeats so
-drift in the machine hits both. FLOPs per token are counted from the model's structure — per-layer MLP
+length (so every batch costs what its shape says), after a warm-up, timed as pairs of passes whose order
+alternates, so drift in the machine hits both; the speed-up is the median of the pairs' ratios, with their
+min and max as its spread (a ratio of two medians taken apart can land above anything the models' work
+allows when the load changes between them). FLOPs per token are counted from the model's structure — per-layer MLP
 widths, dropped attention/MLP sub-layers, and attention's term that grows with the sequence length — so the
 measured speed-up can be set against the FLOP ratio. Convention: one multiply-add = 2 FLOPs, forward pass,
 full (non-causal) attention over the benched length, elementwise ops and norms not counted.
@@ -88,8 +90,30 @@ def flops_per_token(enc: Encoder, seq_len: int) -> dict:
     return count_flops(shape_of(enc), seq_len)
 
 
+def count_weights(module: torch.nn.Module) -> int:
+    """Parameters, with the weights and biases of dynamically quantised Linear layers (packed, so they are
+    not parameters) counted too: quantising changes bytes per weight, not the number of weights."""
+    from torch.ao.nn.quantized import Linear as QuantizedLinear
+
+    packed = 0
+    for m in module.modules():
+        if isinstance(m, QuantizedLinear):
+            w, b = m._weight_bias()
+            packed += w.numel() + (0 if b is None else b.numel())
+    return count_params(module) + packed
+
+
 def non_embedding_params(enc: Encoder) -> int:
-    return count_params(enc.arch.layers_of(enc.backbone))
+    return count_weights(enc.arch.layers_of(enc.backbone))
+
+
+def padding_fraction(batches) -> float:
+    """Share of the positions in padded batches that are padding (compute spent on no token)."""
+    real = total = 0
+    for b in batches:
+        real += int(b["attention_mask"].sum())
+        total += b["attention_mask"].numel()
+    return 1.0 - real / total if total else 0.0
 
 
 # ---- inputs ----------------------------------------------------------------------------------------------
@@ -122,33 +146,77 @@ def fixed_batches(enc: Encoder, texts: list[str], kind: str, batch_size: int, le
 
 # ---- timing --------------------------------------------------------------------------------------------
 
+# A speed-up's spread (max − min over its median) above this says the machine's load changed during the run.
+WIDE_SPREAD = 0.15
+# A measured speed-up may exceed its FLOP ratio by this much (fixed costs, cache effects) before it is suspect:
+# removing work cannot make the rest of it faster.
+FLOP_MARGIN = 0.10
+
+
+def time_pairs(runs: dict, pairs: int = 5, warmup: int = 1, desc: str = "timed pairs") -> tuple[dict, dict]:
+    """Seconds of each of two callables, called as ``pairs`` pairs whose order alternates (a, b; b, a; ...),
+    after ``warmup`` calls of each; also each one's output from its last call."""
+    if pairs < 1:
+        raise DsPruneError(f"the number of timed pairs must be at least 1, not {pairs}")
+    from tqdm.auto import tqdm
+
+    names = list(runs)
+    for _ in range(warmup):
+        for n in names:
+            runs[n]()
+    times, last = {n: [] for n in names}, {}
+    bar = tqdm(total=pairs * len(names), desc=desc, leave=False)
+    for r in range(pairs):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            t0 = time.perf_counter()
+            last[n] = runs[n]()
+            times[n].append(time.perf_counter() - t0)
+            bar.update(1)
+    bar.close()
+    return times, last
+
+
+def pair_ratios(num: list[float], den: list[float]) -> dict:
+    """``num[i] / den[i]`` of each timed pair: the median, its min–max and relative spread, and every ratio."""
+    ratios = [a / b for a, b in zip(num, den, strict=True)]
+    med = statistics.median(ratios)
+    return {"median": med, "min": min(ratios), "max": max(ratios), "spread": (max(ratios) - min(ratios)) / med,
+            "ratios": ratios}
+
+
 @torch.inference_mode()
 def _run(fn, batches: list[dict], device) -> list[torch.Tensor]:
     return [fn(b["input_ids"].to(device), b["attention_mask"].to(device)) for b in batches]
 
 
-def time_models(fns: dict, batches: dict[str, list[dict]], devices: dict, repeats: int = 3,
-                warmup: int = 1) -> tuple[dict[str, list[float]], dict[str, torch.Tensor]]:
-    """Seconds per full pass over the batches, per model (models alternate order every repeat), and each
-    model's embeddings from its last pass."""
-    names = list(fns)
-    for _ in range(warmup):
-        for n in names:
-            _run(fns[n], batches[n], devices[n])
-    from tqdm.auto import tqdm
+def speed_warning(kind: str, res: dict) -> str | None:
+    """One line when a measured speed-up should not be trusted as it is, else None."""
+    sp, why = res["speedup_pairs"], []
+    if sp["spread"] > WIDE_SPREAD:
+        why.append(f"its pairs spread {sp['min']:.2f}–{sp['max']:.2f}x ({sp['spread']:.0%} of the median): the "
+                   "machine's load changed during the run")
+    if res["flop_bound"] and res["speedup"] > res["flop_ratio"] * (1 + FLOP_MARGIN):
+        why.append(f"it exceeds the FLOP ratio {res['flop_ratio']:.2f}x by more than {FLOP_MARGIN:.0%}, which "
+                   "removing work cannot do: other load slowed the baseline's passes")
+    if not why:
+        return None
+    return f"{kind} speed-up {res['speedup']:.2f}x: " + "; ".join(why) + " (rerun on a quiet machine)"
 
-    times = {n: [] for n in names}
-    last = {}
-    bar = tqdm(total=repeats * len(names), desc="timed passes", leave=False)
-    for r in range(repeats):
-        for n in (names if r % 2 == 0 else names[::-1]):
-            t0 = time.perf_counter()
-            out = _run(fns[n], batches[n], devices[n])
-            times[n].append(time.perf_counter() - t0)
-            last[n] = out
-            bar.update(1)
-    bar.close()
-    return times, {n: torch.cat(o).float().cpu() for n, o in last.items()}
+
+def tokenizer_difference(a: Encoder, b: Encoder) -> str | None:
+    """How two encoders' tokenizers differ (vocabulary, or the ids of a probe text), or None if they agree: at a
+    fixed token length, models with different tokenizers encode different amounts of text."""
+    probe = "Tokenisers differ: naïve café 2,048 tokens; IL-6 → p<0.05 (β=1.3e-4) in DNA-seq."
+    ta, tb = a.tokenizer, b.tokenizer
+    if len(ta) != len(tb):
+        return f"vocabularies of {len(ta)} and {len(tb)} tokens"
+    ia, ib = ta(probe)["input_ids"], tb(probe)["input_ids"]
+    if ia != ib:
+        return f"a probe text becomes {len(ia)} and {len(ib)} tokens" + (", different ids" if len(ia) == len(ib)
+                                                                         else "")
+    if ta.get_vocab() != tb.get_vocab():
+        return "vocabularies of the same size with different tokens"
+    return None
 
 
 def flat_index_latency(docs: torch.Tensor, queries: torch.Tensor, k: int = 10, repeats: int = 3) -> dict:
@@ -179,11 +247,17 @@ def flat_index_latency(docs: torch.Tensor, queries: torch.Tensor, k: int = 10, r
 
 
 def bench(models: dict[str, Encoder], docs: list[str], queries: list[str], doc_batch: int = 16,
-          doc_len: int = 256, query_batch: int = 64, query_len: int = 32, repeats: int = 3, warmup: int = 1,
+          doc_len: int = 256, query_batch: int = 64, query_len: int = 32, pairs: int = 5, warmup: int = 1,
           compile: bool = False, latency_k: int = 10) -> dict:
-    """Throughput of each model on the same texts; ``models`` = {"model": enc, "baseline": enc}."""
-    if repeats < 1:
-        raise DsPruneError("bench.repeats must be at least 1")
+    """Throughput of each model on the same texts; ``models`` = {"model": enc, "baseline": enc}.
+
+    ``speedup`` is the median over ``pairs`` alternating pairs of baseline/model seconds (``speedup_pairs``
+    holds its min–max); the FLOP ratio bounds it only when both models compute in the same number format
+    (``flop_bound``), so an int8 model against a float32 one is not held to it."""
+    differ = tokenizer_difference(models["model"], models["baseline"])
+    if differ:
+        raise DsPruneError(f"the model's and the baseline's tokenizers differ ({differ}): at the same token length "
+                           "they encode different text, so their speed-up would not compare like with like")
     fns, devices = {}, {}
     for n, enc in models.items():
         enc.eval()
@@ -195,21 +269,25 @@ def bench(models: dict[str, Encoder], docs: list[str], queries: list[str], doc_b
                                                                               query_len)):
         batches = {n: fixed_batches(enc, texts, "passage" if kind == "document" else "query", bs, length)
                    for n, enc in models.items()}
-        times, embs = time_models(fns, batches, devices, repeats, warmup)
-        embeddings[kind] = embs
+        runs = {n: (lambda n=n: _run(fns[n], batches[n], devices[n])) for n in models}
+        times, last = time_pairs(runs, pairs, warmup, desc=f"timed {kind} pairs")
+        embeddings[kind] = {n: torch.cat(o).float().cpu() for n, o in last.items()}
         res = {}
         for n, ts in times.items():
             med = statistics.median(ts)
             real = int(sum(int(b["attention_mask"].sum()) for b in batches[n]))
             res[n] = {"seconds": ts, "median_s": med, "texts_per_s": len(texts) / med,
                       "tokens_per_s": len(texts) * length / med, "real_tokens": real,
-                      "flops_per_token": flops_per_token(models[n], length)}
-        res["speedup"] = res["baseline"]["median_s"] / res["model"]["median_s"]
+                      "quantize": models[n].quantized, "flops_per_token": flops_per_token(models[n], length)}
+        res["speedup_pairs"] = pair_ratios(times["baseline"], times["model"])
+        res["speedup"] = res["speedup_pairs"]["median"]
         res["flop_ratio"] = res["baseline"]["flops_per_token"]["total"] / res["model"]["flops_per_token"]["total"]
         res["speedup_over_flop_ratio"] = res["speedup"] / res["flop_ratio"]
-        res.update(texts=len(texts), batch_size=bs, length=length)
+        res["flop_bound"] = models["model"].quantized == models["baseline"].quantized
+        res.update(texts=len(texts), batch_size=bs, length=length, pairs=pairs)
         out[kind] = res
-    params = {n: count_params(enc.model) for n, enc in models.items()}
+    out["warnings"] = [w for k in ("document", "query") if (w := speed_warning(k, out[k]))]
+    params = {n: count_weights(enc.model) for n, enc in models.items()}
     non_emb = {n: non_embedding_params(enc) for n, enc in models.items()}
     out["params"] = {**params, "ratio": params["baseline"] / params["model"],
                      "non_embedding": {**non_emb, "ratio": non_emb["baseline"] / non_emb["model"]}}

@@ -1,0 +1,75 @@
+"""Dynamic int8 quantisation: every Linear becomes int8, embeddings stay close, a quantised model is never
+saved or matched to its float twin, and an unknown scheme is refused before anything loads."""
+import json
+
+import pytest
+import torch
+
+from dsprune.cli import main
+from dsprune.encoder import Encoder
+from dsprune.errors import DsPruneError
+from dsprune.eval.speed import count_weights
+from dsprune.surgery.prune import count_params
+
+from test_eval_retrieval import write_beir
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_dirs):
+    path = tiny_dirs["gemma3_text"]
+    return path, Encoder.load(path), Encoder.load(path, quantize="int8")
+
+
+def test_int8_replaces_every_linear_and_keeps_the_embeddings(loaded, texts):
+    _, fp32, int8 = loaded
+    assert int8.quantized == "int8" and fp32.quantized is None
+    assert not any(type(m) is torch.nn.Linear for m in int8.modules())
+    assert sum(isinstance(m, torch.ao.nn.quantized.Linear) for m in int8.modules()) == \
+        sum(type(m) is torch.nn.Linear for m in fp32.modules())
+    assert count_weights(int8.model) == count_params(fp32.model)      # int8 weights are still weights
+    a = fp32.encode(texts, show_progress=False)
+    b = int8.encode(texts, show_progress=False)
+    assert not torch.equal(a, b)
+    assert torch.nn.functional.cosine_similarity(a, b).min() > 0.99
+
+
+def test_a_quantised_encoder_is_not_saved(loaded, tmp_path):
+    _, _, int8 = loaded
+    with pytest.raises(DsPruneError, match="int8-quantised encoder cannot be saved"):
+        int8.save(tmp_path / "q")
+    assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"quantize": "int4"}, "quantize must be one of int8, not 'int4'"),
+    ({"quantize": "int8", "device": "cuda"}, "CPU kernels only: use --device cpu, not 'cuda'"),
+    ({"quantize": "int8", "dtype": "bfloat16"}, "starts from float32 weights"),
+])
+def test_load_refuses_what_it_cannot_quantise(tmp_path, kw, message):
+    with pytest.raises(DsPruneError, match=message):
+        Encoder.load(tmp_path / "not-even-there", **kw)      # refused before the path is looked at
+
+
+@pytest.mark.parametrize("command", ["bench", "eval"])
+def test_cli_refuses_an_unknown_scheme_in_one_line(tiny_dirs, tmp_path, capsys, command):
+    out = tmp_path / "out"
+    model = str(tiny_dirs["llama"])
+    extra = (["--baseline", model, "--data", str(write_beir(tmp_path / "beir"))] if command == "bench"
+             else ["--task", f"tiny={write_beir(tmp_path / 'beir')}"])
+    assert main([command, "--model", model, *extra, "--quantize", "fp4", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: quantize must be one of int8, not 'fp4'"]
+    assert not out.exists()
+
+
+def test_eval_int8_scores_the_quantised_model_under_its_own_fingerprint(tiny_dirs, tmp_path):
+    folder = write_beir(tmp_path / "beir")
+    docs = {}
+    for q in (None, "int8"):
+        out = tmp_path / f"eval-{q}"
+        assert main(["eval", "--model", str(tiny_dirs["llama"]), "--task", f"tiny={folder}", "--out", str(out),
+                     "--quiet", *(["--quantize", q] if q else [])]) == 0
+        docs[q] = json.loads((out / "results.json").read_text())
+    assert docs["int8"]["fingerprint"] == docs[None]["fingerprint"] + "+int8"
+    assert docs["int8"]["tasks"]["tiny"]["ndcg_at_10"] == pytest.approx(docs[None]["tasks"]["tiny"]["ndcg_at_10"],
+                                                                         abs=0.35)
