@@ -244,6 +244,7 @@ def render(results: Path, md: Path) -> str:
                 "control retrained on FinanceBench train); bars: the paired interval of the difference to it.", ""]
     out += render_families(results, md)
     out += render_compress(results, md)
+    out += render_int8(results)
     out += ["## Provenance", ""]
     for r in ROWS:
         if r in docs:
@@ -360,6 +361,45 @@ def render_compress(results: Path, md: Path) -> list[str]:
     out += ["Stage minutes: " + ", ".join(f"{s['name']} {(s.get('seconds') or 0) / 60:.0f}"
                                           for s in d["stages"]) + ".", ""]
     return out
+
+
+def render_int8(results: Path) -> list[str]:
+    """Padding by token count and int8 inference (benchmarks/int8_padding.py)."""
+    p = results / "int8_padding.json"
+    return int8_section(formats.read_json(p, "int8/padding results")) if p.is_file() else []
+
+
+def int8_section(d: dict) -> list[str]:
+    """The section RESULTS.md shows and benchmarks/int8_padding.py prints: padding per sort, then every variant's
+    nDCG@10 (paired interval to the float32 unpruned model) beside its median speed-up and min–max."""
+    pad, table = d["padding"], d["report"]
+    out = [f"## {d['title']}", "", f"`{d['command']}` ({d.get('code_version')}).", "",
+           f"**Padding** of `Encoder.encode`'s batches at ≤ {pad['max_length']} tokens (the model's prompts, "
+           f"`{pad['data']}`): the share of positions that hold no token.", "",
+           "| texts | count | batch size | sorted by characters | sorted by token count |", "|---|---|---|---|---|"]
+    out += [f"| {r['kind']} | {r['texts']} | {r['batch_size']} | {r['by_chars']:.1%} | {r['by_tokens']:.1%} |"
+            for r in pad["rows"]]
+    task = ", ".join(table["tasks"])
+    out += ["", f"**Pruned and int8** against the float32 unpruned model. nDCG@10 on {task}; in brackets the "
+            f"difference with its 95 % paired bootstrap interval over queries ({table['samples']} resamples). "
+            "Speed-up: median of the bench's alternating model/baseline pairs, min–max in brackets.", "",
+            "| model | nDCG@10 | document speed-up | query speed-up | FLOP ratio |", "|---|---|---|---|---|"]
+    for r in table["rows"]:
+        sp = d["speed"].get(r["label"])
+        fmt = (lambda k: f"{sp[k]['speedup']:.2f}× ({sp[k]['min']:.2f}–{sp[k]['max']:.2f}, {sp[k]['pairs']} pairs)"
+               if sp else "1")
+        flops = f"{sp['document']['flop_ratio']:.2f}×" if sp else "1"
+        out.append(f"| {r['label']} | {compare.scored(r['mean'], r.get('mean_delta'))} | {fmt('document')} | "
+                   f"{fmt('query')} | {flops} |")
+    shapes = next(iter(d["speed"].values()), None)
+    if shapes:
+        out += ["", f"Bench shapes: documents {shapes['document']['texts']} × {shapes['document']['length']} tokens "
+                f"in batches of {shapes['document']['batch_size']}, queries {shapes['query']['texts']} × "
+                f"{shapes['query']['length']} in batches of {shapes['query']['batch_size']}; torch "
+                f"threads: {shapes['threads']}. int8 does the same multiply-adds as float32, so the FLOP ratio bounds only the float rows."]
+    warned = [f"{label}: {w}" for label, sp in d["speed"].items() for w in sp.get("warnings", [])]
+    out += ([""] + [f"- warning from the bench, {w}" for w in warned]) if warned else []
+    return out + [""]
 
 
 def plot_front(docs: dict, tasks: list[str], results: Path, png: Path) -> bool:
