@@ -6,8 +6,13 @@ The sweep file names a pipeline (a recipe, or its ``stages`` inline), the space 
 Everything is checked before Ray starts. Trials run the real stages (DeepSpeed launchers included), a
 searcher of Ray's proposes values (random/grid, or Optuna's TPE for continuous spaces), ASHA may stop
 trials early on their in-training eval reports, and an interrupted sweep resumes with ``--resume``.
-At the end: ``trials.md``/``summary.json`` (every trial, failed ones with their error), the front as a PNG
-and the best feasible trial's model path.
+At the end: ``trials.md``/``summary.json`` (every trial with the node it ran on, failed ones with their
+error), the front as a PNG and the best feasible trial's model path.
+
+On a running Ray cluster (``--address`` or ``RAY_ADDRESS``) the sweep starts no Ray of its own: each trial is one
+placement-group bundle of ``trial_cpus``/``trial_gpus`` (a DeepSpeed stage's ranks share one host, so a bundle,
+never a spread), and its stages run on the GPUs Ray gave that bundle (``trial.on_trial_gpus``). ``--out`` and
+``--storage_path`` must then be folders every node mounts: trials on any node share the stage cache there.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from ..errors import DsPruneError
 from ..recipe import check_methods, load_recipe, stage_options
 from ..settings import ray_tmp_dir
 from . import outcome, space
+from .trial import NODE
 
 SUMMARY = "summary.json"
 TABLE = "trials.md"
@@ -61,7 +67,12 @@ class Args:
     seed: int = 0
     resume: bool = field(default=False, metadata={"help": "continue the sweep in --out after an interruption"})
     overwrite: bool = field(default=False, metadata={"help": "start over in an existing --out"})
-    name: str = field(default="sweep", metadata={"help": "experiment name (Ray's folder under out/ray)"})
+    name: str = field(default="sweep", metadata={"help": "experiment name (Ray's folder under storage_path)"})
+    address: str | None = field(default=None, metadata={
+        "help": "a running Ray cluster to use: auto | HOST:PORT (default: RAY_ADDRESS; unset = start a local Ray)"})
+    storage_path: str | None = field(default=None, metadata={
+        "help": "where Ray keeps the experiment (results, state for --resume): a folder every node mounts, or a "
+                "URI Ray supports; default OUT/ray"})
 
 
 @dataclass
@@ -143,6 +154,10 @@ def build(args: Args) -> Sweep:
         raise DsPruneError(f"search optuna samples its own points: use choice instead of grid for {', '.join(grid)}")
     if args.search == "grid" and len(grid) != len(params):
         raise DsPruneError("search grid: every parameter needs a grid (or use search random)")
+    short = [f"{s.name} ({s.num_gpus})" for s in stages if s.launcher and s.num_gpus > args.trial_gpus]
+    if args.trial_gpus and short:
+        raise DsPruneError(f"trial_gpus {args.trial_gpus:g}: fewer GPUs than the ranks of stage(s) "
+                           f"{', '.join(short)}; a stage runs on its trial's GPUs only")
     if args.num_samples < 1 or args.max_concurrent < 1:
         raise DsPruneError("num_samples and max_concurrent must be at least 1")
     if args.scheduler == "asha" and not (1 <= args.asha_grace <= args.asha_max_t and args.asha_reduction >= 2):
@@ -190,10 +205,16 @@ def run(args: Args) -> dict:
     """Run (or resume) the sweep; returns the summary also written to ``out/summary.json``."""
     sweep = build(args)
     out = Path(sweep.out)
-    exp = out / "ray" / args.name
+    storage = args.storage_path or str(out / "ray")
+    if "://" not in storage:
+        storage = str(Path(storage).resolve())  # Ray's workers start elsewhere: a relative path would move
+    exp = f"{storage.rstrip('/')}/{args.name}"
     if args.resume and args.overwrite:
         raise DsPruneError("--resume and --overwrite exclude each other")
-    if args.resume and not exp.is_dir():
+    import ray
+    from ray import tune
+
+    if args.resume and not tune.Tuner.can_restore(exp):
         raise DsPruneError(f"--resume: no sweep in {exp} (start without --resume)")
     if not args.resume and out.exists() and any(out.iterdir()):
         if not args.overwrite:
@@ -202,21 +223,15 @@ def run(args: Args) -> dict:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
 
-    import ray
-    from ray import tune
-
     from .trial import run_trial
 
-    cpus = args.cpus or os.cpu_count() or 1
-    ray.init(num_cpus=cpus, num_gpus=None if args.trial_gpus else 0, include_dashboard=False,
-             _temp_dir=str(ray_tmp_dir()),
-             log_to_driver=True, ignore_reinit_error=True)
+    cpus = start_ray(args)
     try:
-        trial_cpus = args.trial_cpus or cpus / args.max_concurrent
+        bundle = {"CPU": args.trial_cpus or cpus / args.max_concurrent, "GPU": args.trial_gpus}
         trainable = tune.with_resources(tune.with_parameters(run_trial, spec=sweep),
-                                        {"cpu": trial_cpus, "gpu": args.trial_gpus})
+                                        tune.PlacementGroupFactory([bundle]))
         if args.resume:
-            tuner = tune.Tuner.restore(str(exp), trainable, resume_unfinished=True, resume_errored=False)
+            tuner = tune.Tuner.restore(exp, trainable, resume_unfinished=True, resume_errored=False)
         else:
             tuner = tune.Tuner(
                 trainable,
@@ -224,7 +239,7 @@ def run(args: Args) -> dict:
                 tune_config=tune.TuneConfig(num_samples=args.num_samples, search_alg=_searcher(args, sweep),
                                             scheduler=_scheduler(args, sweep),
                                             max_concurrent_trials=args.max_concurrent),
-                run_config=tune.RunConfig(name=args.name, storage_path=str(out / "ray"),
+                run_config=tune.RunConfig(name=args.name, storage_path=storage,
                                           failure_config=tune.FailureConfig(max_failures=0), verbose=1))
         grid = tuner.fit()
         trials = grid._experiment_analysis.trials  # same order as the results; they carry Ray's status
@@ -234,6 +249,33 @@ def run(args: Args) -> dict:
     finally:
         ray.shutdown()
     return summarise(rows, sweep, args)
+
+
+def start_ray(args: Args) -> float:
+    """Join the cluster at ``--address`` (or ``RAY_ADDRESS``), else start a local Ray of ``--cpus``; returns the
+    CPUs trials may share. A cluster's size is its own: sizing options would contradict it."""
+    import ray
+
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        if args.cpus:
+            raise DsPruneError("--cpus sizes a local Ray; a cluster (--address / RAY_ADDRESS) has its own CPUs")
+        ray.init(address=address, log_to_driver=True, ignore_reinit_error=True)
+        return ray.cluster_resources().get("CPU", 1.0)
+    cpus = args.cpus or os.cpu_count() or 1
+    ray.init(address="local", num_cpus=cpus, num_gpus=None if args.trial_gpus else 0, include_dashboard=False,
+             _temp_dir=str(ray_tmp_dir()), log_to_driver=True, ignore_reinit_error=True)
+    return cpus
+
+
+def node_of(sweep: Sweep, trial_id: str) -> str | None:
+    """Where a trial ran, as it wrote it down: the host's address and Ray's node id (shortened), which tells
+    apart nodes that share a host."""
+    path = Path(sweep.out) / "trials" / trial_id / NODE
+    if not path.is_file():
+        return None
+    node = formats.read_json(path, "trial node")
+    return f"{node['ip']} {node['id'][:8]}"
 
 
 def _row(result, trial_id: str, stopped: bool, sweep: Sweep) -> dict:
@@ -248,6 +290,7 @@ def _row(result, trial_id: str, stopped: bool, sweep: Sweep) -> dict:
     row["minutes"] = round(m["time_total_s"] / 60, 1) if m.get("time_total_s") is not None else None
     row["feasible"] = bool(m.get("feasible")) if final else None
     row["model"] = m.get("model") if final else None
+    row["node"] = node_of(sweep, trial_id)
     if result.error is not None:
         row["status"] = "error"
         text = str(result.error or "").strip()
@@ -315,7 +358,7 @@ def table(rows: list[dict], sweep: Sweep, best: dict | None) -> str:
     """A Markdown table of every trial, the best scores first among the finished ones, errors last."""
     cols = ["trial", *(p.name for p in sweep.params), sweep.metric,
             *[c for c in ("speedup", "param_ratio", "params") if any(r.get(c) is not None for r in rows)],
-            "feasible", "on_front", "reports", "minutes", "status"]
+            "feasible", "on_front", "reports", "minutes", "node", "status"]
     cols = list(dict.fromkeys(cols))
     sign = 1 if sweep.mode == "max" else -1
     order = {s: i for i, s in enumerate(STATUSES)}

@@ -5,12 +5,17 @@ mask ratio share the (expensive) slimming run. While a training stage runs, its 
 (``eval_ndcg_at_10`` in the launcher's ``log.jsonl``) are reported to Ray as intermediate results: that is
 what ASHA prunes on. Each stage runs in its own process group, so a trial the scheduler stops takes its
 DeepSpeed ranks down with it. Every report also goes to the trial's own TensorBoard run.
+
+A trial's DeepSpeed stages run on the GPUs Ray assigned to the trial: ``deepspeed --num_gpus N`` would take
+devices 0..N-1 of its node whatever Ray reserved, so trials side by side on one node would share GPUs.
+The node the trial ran on is written beside its config for the sweep's table.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,6 +28,7 @@ from ..recipe import run_recipe
 from . import outcome, space
 
 POLL_SECONDS = 0.5
+NODE = "node.json"
 
 
 class Reporter:
@@ -53,14 +59,17 @@ class Reporter:
 class Watcher:
     """Runs a stage command in its own process group; reports new in-training eval scores while it runs."""
 
-    def __init__(self, reporter: Reporter, logs: Path, metric: str):
-        self.reporter, self.logs, self.metric = reporter, logs, metric
+    def __init__(self, reporter: Reporter, logs: Path, metric: str, gpus: list[str] = ()):
+        self.reporter, self.logs, self.metric, self.gpus = reporter, logs, metric, list(gpus)
         self.last_error = ""  # the failing stage's own error line, for the sweep's table
         logs.mkdir(parents=True, exist_ok=True)
 
     def __call__(self, cmd: list[str], folder: Path) -> int:
         seen = 0
+        cmd = on_trial_gpus(cmd, self.gpus)
         with open(self.logs / f"{folder.name}.log", "w") as log:
+            log.write("$ " + shlex.join(cmd) + "\n")
+            log.flush()
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                     preexec_fn=_die_with_parent)
             try:
@@ -93,6 +102,27 @@ class Watcher:
         return len(rows)
 
 
+def on_trial_gpus(cmd: list[str], gpus: list[str]) -> list[str]:
+    """A stage's ``deepspeed --num_gpus N`` command on the first N of the trial's GPUs (``--include
+    localhost:IDS``: the launcher then sets each rank's CUDA_VISIBLE_DEVICES to those ids); other commands, and
+    trials without GPUs, unchanged."""
+    if not gpus or "--num_gpus" not in cmd:
+        return cmd
+    i = cmd.index("--num_gpus")
+    n = int(cmd[i + 1])
+    if n > len(gpus):
+        raise DsPruneError(f"a stage asks for {n} GPUs, its trial holds {len(gpus)} (raise trial_gpus)")
+    return [*cmd[:i], "--include", "localhost:" + ",".join(map(str, gpus[:n])), *cmd[i + 2:]]
+
+
+def write_node(trial_dir: Path) -> None:
+    """The Ray node this trial runs on, for the sweep's table."""
+    import ray
+
+    formats.write_json(trial_dir / NODE, {"id": ray.get_runtime_context().get_node_id(),
+                                          "ip": ray.util.get_node_ip_address(), "gpus": ray.get_gpu_ids()})
+
+
 def _die_with_parent() -> None:
     """In the child: SIGTERM it if the trial's thread dies (Ray killing the trial's worker, say); the
     DeepSpeed launcher passes SIGTERM on to its ranks."""
@@ -122,18 +152,21 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def run_trial(config: dict, spec) -> None:
     """The Ray Tune function trainable (``spec`` is the sweep's ``Sweep``, bound with ``tune.with_parameters``)."""
+    import ray
     from ray import tune
 
+    trial_dir = Path(spec.out) / "trials" / tune.get_context().get_trial_id()
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    write_node(trial_dir)
     # Ray starts trials in their own folder; the pipeline's relative paths mean the user's
     with contextlib.chdir(spec.cwd):
-        _run(config, spec, Path(spec.out) / "trials" / tune.get_context().get_trial_id())
+        _run(config, spec, trial_dir, [str(g) for g in ray.get_gpu_ids()])
 
 
-def _run(config: dict, spec, trial_dir: Path) -> None:
-    trial_dir.mkdir(parents=True, exist_ok=True)
+def _run(config: dict, spec, trial_dir: Path, gpus: list[str] = ()) -> None:
     formats.write_text(trial_dir / "config.json", json.dumps(config, indent=1, default=str))
     reporter = Reporter(trial_dir)
-    watcher = Watcher(reporter, trial_dir / "logs", spec.metric)
+    watcher = Watcher(reporter, trial_dir / "logs", spec.metric, gpus)
     try:
         try:
             report = run_recipe(spec.pipeline, out=str(trial_dir), overrides=space.overrides(spec.params, config),
