@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from .commands import bench, dai, demo, drop, eval, export, mask, mine, plan, prune, report, run, sample, score, tune
 from .errors import DsPruneError
+from .formats import release_outputs
 
 
 class Command(NamedTuple):
@@ -40,7 +41,7 @@ COMMANDS = {
 
 
 def usage() -> str:
-    lines = ["usage: dsprune COMMAND [--config FILE] [options]", "", "commands:"]
+    lines = ["usage: dsprune COMMAND [--config FILE] [options] | dsprune --version", "", "commands:"]
     lines += [f"  {name:<8} {c.help}" for name, c in COMMANDS.items()]
     lines += ["", "dsprune COMMAND --help lists a command's options."]
     return "\n".join(lines)
@@ -52,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from . import __version__
+        from .formats import code_version
+        print(f"dsprune {__version__} ({code_version()})")
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
@@ -67,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     except DsPruneError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    finally:
+        release_outputs()   # a command run in-process (tests, the demo) frees the folders it claimed
     return int(result or 0)
 
 

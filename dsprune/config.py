@@ -5,6 +5,7 @@ Tevatron and Hugging Face scripts read arguments.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from pathlib import Path
@@ -51,6 +52,9 @@ def parse_args(cls: type[T], argv: Sequence[str] | None = None, prog: str | None
     if unknown:
         raise DsPruneError(f"unknown option(s) in config: {', '.join(unknown)} (known: {', '.join(sorted(names))})")
     parser = HfArgumentParser(cls, prog=prog)
+    # read above; declared here only so that --help lists it (SUPPRESS: it never reaches the dataclass)
+    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                        help="YAML/JSON file of option values; options given on the command line win")
     parser.set_defaults(**file_defaults)
     for action in parser._actions:
         if action.dest in file_defaults:  # given in the file: no longer required on the command line

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import fcntl
+import glob
 import json
 import os
 import secrets
@@ -129,11 +130,83 @@ def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> list[
 
 
 def check_output(out: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Refuse an existing output folder before any work starts (unless overwriting)."""
+    """Refuse a user's output folder before any work starts: one that exists (unless overwriting a folder a
+    dsprune manifest marks as its own), one that cannot be created, or one another run is writing now. The
+    folder is then claimed until it is written (``output_dir``) or the command ends (``release_outputs``)."""
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise DsPruneError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    if out.exists():
+        if not overwrite:
+            raise DsPruneError(f"output folder exists: {out} (pass --overwrite to replace it)")
+        _check_replaceable(out)
+    _check_creatable(out)
+    if os.environ.get("RANK", "0") == "0":     # the ranks of one launch share their output; rank 0 writes it
+        _claim(out)
     return out
+
+
+def _check_replaceable(out: Path) -> None:
+    """--overwrite replaces only what dsprune wrote, and never the folder a user works in."""
+    if out.is_dir() and Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise DsPruneError(f"--out {out}: refusing to replace the current folder or one above it")
+    if not out.is_dir():
+        raise DsPruneError(f"--out {out}: a file, not an output folder; refusing to replace it")
+    if not any(out.iterdir()):
+        return                               # an empty folder holds nothing to lose
+    try:
+        mark = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        mark = None
+    if not isinstance(mark, dict) or "stage" not in mark:
+        raise DsPruneError(f"--out {out}: no dsprune {MANIFEST} inside, so not a dsprune output; refusing to "
+                           "replace it (remove it yourself or choose another --out)")
+
+
+def _check_creatable(out: Path) -> None:
+    """The temporary sibling ``output_dir`` writes must be creatable: found now, not after hours of work."""
+    place = out.absolute().parent
+    while not place.exists() and not place.is_symlink() and place != place.parent:
+        place = place.parent
+    if not place.is_dir():
+        raise DsPruneError(f"--out {out}: cannot be created under {place}, which is a file")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".dsprune-probe-", dir=place))
+    except OSError as e:
+        raise DsPruneError(f"--out {out}: cannot write in {place} ({e.strerror})") from None
+
+
+_CLAIMS: dict[Path, Any] = {}
+
+
+def _claim(out: Path) -> None:
+    """Hold a lock named after ``out`` for as long as this process writes it, so a second run writing the same
+    folder at once fails at its start instead of silently replacing one result with the other. The locks
+    live outside ``out``'s folder: taking one writes nothing beside the output."""
+    key = out.absolute()
+    if key in _CLAIMS:
+        return
+    import hashlib
+    locks = Path(tempfile.gettempdir()) / f"dsprune-{os.getuid()}-outputs"
+    locks.mkdir(parents=True, exist_ok=True)
+    f = open(locks / (hashlib.sha1(str(key).encode()).hexdigest()[:20] + ".lock"), "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip()
+        f.close()
+        raise DsPruneError(f"--out {out}: another run is writing it now ({holder or 'another process'})") from None
+    f.truncate(0)
+    f.write(f"pid {os.getpid()}")
+    f.flush()
+    _CLAIMS[key] = f
+
+
+def release_outputs(out: str | os.PathLike | None = None) -> None:
+    """Let other runs write ``out`` (default: every folder this process claimed)."""
+    for key in [Path(out).absolute()] if out is not None else list(_CLAIMS):
+        f = _CLAIMS.pop(key, None)
+        if f is not None:
+            f.close()      # closing drops the lock; the empty lock file stays, so no run locks a stale name
 
 
 @contextlib.contextmanager
@@ -154,24 +227,65 @@ def exclusive(lock: str | os.PathLike) -> Iterator[None]:
 def output_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary folder that becomes ``out`` only if the block finishes.
 
-    Refuses an existing ``out`` unless ``overwrite``; on error the temporary folder is removed and any
-    previous ``out`` is left untouched.
+    Refuses an existing ``out`` unless ``overwrite``; on error, or on SIGTERM/SIGHUP, the temporary folder is
+    removed and any previous ``out`` is left untouched. Temporary folders of ``out`` that a killed run left
+    are removed first: while ``out`` is claimed, no other run can be writing them.
     """
-    out = check_output(out, overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise DsPruneError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    if out.exists() and Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise DsPruneError(f"{out}: refusing to replace the current folder or one above it")
+    if os.environ.get("RANK", "0") == "0":
+        _claim(out)
     try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.absolute() in _CLAIMS:
+            for kind in ("tmp", "old"):
+                for stale in out.parent.glob(f".{glob.escape(out.name)}.{kind}-*"):
+                    shutil.rmtree(stale, ignore_errors=True)
+        # a fresh name rather than mkdtemp's 0700 folder: the output gets the usual (umask) permissions
+        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        tmp.mkdir()
+        try:
+            with _signals_raise():
+                yield tmp
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    finally:
+        release_outputs(out)
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGHUP end the process through an exception, so the cleanup around a
+    temporary output runs (their default action ends it at once and leaves the partial folder behind). A
+    handler someone else installed is left alone."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    taken = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)
+             if signal.getsignal(s) is signal.SIG_DFL}
+    try:
+        yield
+    finally:
+        for s, handler in taken.items():
+            signal.signal(s, handler)
 
 
 def manifest(stage: str, inputs: dict, config: dict, figures: dict | None = None, **extra: Any) -> dict:
@@ -255,14 +369,30 @@ def write_mask(folder: str | os.PathLike, tensors: dict[str, Any], kind: str, **
     write_json(folder / MASK_META, {"kind": kind, "kept": kept, "total": total, **meta})
 
 
-def read_mask(folder: str | os.PathLike) -> tuple[dict, dict]:
-    from safetensors.torch import load_file
+@contextlib.contextmanager
+def open_safetensors(path: str | os.PathLike) -> Iterator[Any]:
+    """safetensors' reader (``safe_open``) with a damaged or foreign file refused by name in one line."""
+    from safetensors import SafetensorError, safe_open
 
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            yield f
+    except SafetensorError as e:
+        raise DsPruneError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+def load_safetensors(path: str | os.PathLike) -> dict:
+    """Every tensor of a safetensors file (see ``open_safetensors``)."""
+    with open_safetensors(path) as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def read_mask(folder: str | os.PathLike) -> tuple[dict, dict]:
     folder = Path(folder)
     if not (folder / MASK).is_file():
         raise DsPruneError(f"mask not found: {folder / MASK}")
     meta = read_json(folder / MASK_META, "mask metadata")
-    return load_file(str(folder / MASK)), meta
+    return load_safetensors(folder / MASK), meta
 
 
 def write_mask_scale(folder: str | os.PathLike, tensors: dict[str, Any]) -> None:
@@ -276,10 +406,8 @@ def write_mask_scale(folder: str | os.PathLike, tensors: dict[str, Any]) -> None
 
 def read_mask_scale(folder: str | os.PathLike) -> dict | None:
     """The optional per-neuron values stored beside a structured mask (None when there are none)."""
-    from safetensors.torch import load_file
-
     path = Path(folder) / MASK_SCALE
-    return load_file(str(path)) if path.is_file() else None
+    return load_safetensors(path) if path.is_file() else None
 
 
 def mlp_key(layer: int) -> str:

@@ -26,10 +26,13 @@ _ALIASES = {alias: f.name for f in FAMILIES.values() for alias in f.aliases}
 
 
 def family_of(config) -> str:
-    """The family name of a Hugging Face config; a dsprune export's config answers for its original model."""
-    mt = getattr(config, "model_type", None)
+    """The family name of a Hugging Face config, or of its ``config.json`` as a dict (read before any weight
+    loads, so an unsupported family is refused at once); a dsprune export's config answers for its original
+    model."""
+    field = config.get if isinstance(config, dict) else lambda key: getattr(config, key, None)
+    mt = field("model_type")
     if mt == "dsprune":
-        mt = config.base["model_type"]
+        mt = (field("base") or {}).get("model_type")
     name = _ALIASES.get(mt, mt)
     if name not in FAMILIES:
         raise DsPruneError(f"unsupported model_type {mt!r}; supported: {', '.join(sorted(FAMILIES))}")

@@ -8,13 +8,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator
+
+
+DTYPES = ("float32", "bfloat16", "float16")   # what the encoder, training and the exports carry
 
 
 @dataclass(kw_only=True)
 class ModelArgs:
     model: str = field(metadata={"help": "HF / sentence-transformers folder, dsprune export, or .gguf file"})
-    dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16 | float16"})
+    dtype: str = field(default="float32", metadata={"help": " | ".join(DTYPES)})
     device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
 
 
@@ -29,12 +33,61 @@ def load_encoder(args: ModelArgs, path: str | None = None, quantize: str | None 
     encoder settings (None = keep)."""
     from ..encoder import Encoder
 
-    enc = Encoder.load(args.model if path is None else path, dtype=args.dtype, device=args.device,
+    path = args.model if path is None else path
+    check_model(args, path)
+    enc = Encoder.load(path, dtype=args.dtype, device=args.device,
                        quantize=quantize)
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
         enc.config = dataclasses.replace(enc.config, **overrides)   # checked like a loaded config
     return enc
+
+
+def check_model(args: ModelArgs, path: str | None = None) -> None:
+    """Refuse, before any weight is read, what would fail deep inside loading with a traceback, or only after
+    it: a dtype dsprune does not carry, a device this machine lacks, a damaged GGUF file, a model family
+    dsprune has no module for (read from config.json or the GGUF metadata, not from the loaded model)."""
+    from .. import arch, formats
+    from ..errors import DsPruneError
+    from ..packaged import gguf_architecture, model_path
+
+    if args.dtype not in DTYPES:
+        raise DsPruneError(f"--dtype {args.dtype!r}: choose one of {', '.join(DTYPES)}")
+    check_device(args.device)
+    source = Path(model_path(args.model if path is None else path))
+    if not source.exists():
+        raise DsPruneError(f"model not found: {source}")
+    if source.suffix == ".gguf":
+        config, where = {"model_type": gguf_architecture(source)}, source
+    elif (source / "config.json").is_file():
+        where = source / "config.json"
+        config = formats.read_json(where, "model config")
+    else:
+        return                           # the loader names what is missing
+    try:
+        arch.family_of(config)
+    except DsPruneError as e:
+        raise DsPruneError(f"{where}: {e}") from None
+
+
+def check_device(name: str) -> None:
+    """A device torch can name and this machine has: asked of torch's module for the device type
+    (``torch.cuda``, ``torch.xpu``, ``torch.cpu``, ...), so every backend is checked the same way."""
+    import torch
+
+    from ..errors import DsPruneError
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise DsPruneError(f"--device {name!r}: not a device name (cpu, cuda, cuda:1, ...)") from None
+    backend = getattr(torch, device.type, None)
+    available = getattr(backend, "is_available", lambda: False)()
+    count = getattr(backend, "device_count", lambda: 0)() if available else 0
+    if count == 0:
+        raise DsPruneError(f"--device {name}: this machine has no {device.type} device (torch sees none)")
+    if device.index is not None and device.index >= count:
+        raise DsPruneError(f"--device {name}: this machine has {count} {device.type} device(s)")
 
 
 @dataclass

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .common import ModelArgs
+from .common import ModelArgs, check_model
 
 
 @dataclass
@@ -48,6 +48,7 @@ def run(args: Args) -> int:
     from ..importance.dai import DaiParams
     from ..memory import hold_mmap_threshold
 
+    check_model(args)
     params = DaiParams(args.alpha, args.beta, args.gamma, args.alignment, args.variant, args.fisher_scale,
                        args.eps).check()
     hold_mmap_threshold()  # per-sample gradients free large blocks all the time (dsprune.memory)

@@ -9,6 +9,7 @@ from ..errors import DsPruneError
 from ..importance import methods
 from ..importance.drop_plan import DropPlan, DropRequest, layer_scores, plan_iterative, plan_one_shot
 from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
+from ..importance.plan import check_keeps
 from .score import compute_scores
 
 
@@ -46,6 +47,9 @@ def run(args: Args) -> int:
     before = structure(enc)
     gone_attn, gone_mlp = set(before["drop_attn"]), set(before["drop_mlp"])
     req.validate(n, gone_attn, gone_mlp)
+    if not args.protect and req.mlp + req.blocks + req.last >= n - len(gone_mlp):   # the counts tell, unscored
+        whole = req.blocks + req.last >= n - len(gone_attn & gone_mlp)
+        check_keeps(n, range(n) if whole else gone_attn, range(n), f"drop {req.label()}")
     params_before = count_params(enc.model)
     figures: dict = {}
     if args.iterative:
@@ -63,6 +67,7 @@ def run(args: Args) -> int:
             scores = None
         plan = plan_one_shot(scores or {"attn": {}, "mlp": {}, "block": {}}, n, req, gone_attn, gone_mlp)
         drop_sublayers(enc, plan.attn, plan.mlp)
+    check_keeps(n, gone_attn | set(plan.attn), gone_mlp | set(plan.mlp), f"drop {req.label()}")
     out = Path(args.out)
 
     def write_scores_and_plot(folder: Path) -> None:
@@ -83,7 +88,7 @@ def run(args: Args) -> int:
 def _run_plan(args: Args, req: DropRequest) -> int:
     """Drop what a ``dsprune plan`` chose: no scores, no counts (they would contradict it)."""
     from ..importance.plan import read_plan
-    from ..surgery.prune import count_params, drop_sublayers, num_layers
+    from ..surgery.prune import count_params, drop_sublayers, num_layers, structure
 
     if any((req.mlp, req.attn, req.blocks, req.last, args.iterative, args.scores)):
         raise DsPruneError("--plan chooses the sub-layers itself: drop drop_mlp/drop_attn/drop_blocks/"
@@ -98,6 +103,9 @@ def _run_plan(args: Args, req: DropRequest) -> int:
     early = sorted(i for i in plan.attn + plan.mlp if i < args.protect)
     if early:
         raise DsPruneError(f"{args.plan}: the plan drops layer(s) {early}, inside --protect {args.protect}")
+    gone = structure(enc)
+    check_keeps(n, set(gone["drop_attn"]) | set(plan.attn), set(gone["drop_mlp"]) | set(plan.mlp),
+                f"{args.plan}: the plan, on {args.model},")
     before = count_params(enc.model)
     drop_sublayers(enc, plan.attn, plan.mlp)
     label = DropRequest(mlp=len(plan.mlp), attn=len(plan.attn)).label()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,8 @@ from .common import ModelArgs, load_encoder, torch_threads
 
 @dataclass
 class Args(ModelArgs):
-    out: str = field(metadata={"help": "output folder for results.json"})
+    out: Optional[str] = field(default=None, metadata={"help": "output folder for results.json "
+                                                               "(default: out/eval-<model>-<time>)"})
     task: list[str] = field(default_factory=list, metadata={"help": (
         "NAME (mteb/dsprune task or suite: beir13, finmteb, chemteb) or NAME=FOLDER (local folder: BEIR for retrieval, "
         "train/<split>.jsonl of text+label for classification, <split>.jsonl of sentence1+sentence2+score for STS)")})
@@ -45,8 +47,10 @@ def run(args: Args) -> int:
 
     if not args.task and not args.geometry:
         raise DsPruneError("nothing to do: give --task NAME[=FOLDER] ... and/or --geometry")
-    out = formats.check_output(args.out, args.overwrite)
     model_dir = Path(model_path(args.model))     # `smollm2` works here as anywhere a path does
+    if args.out is None:                         # as mteb does: a fresh folder per run, named by model and time
+        args.out = f"out/eval-{model_dir.name.removesuffix('.gguf')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = formats.check_output(args.out, args.overwrite)
     if not model_dir.exists():
         raise DsPruneError(f"model not found: {model_dir}")
     weights_dir = model_dir.parent if str(model_dir).endswith(".gguf") else model_dir

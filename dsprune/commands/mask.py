@@ -14,6 +14,7 @@ from pathlib import Path
 from .. import formats
 from ..errors import DsPruneError
 from ..importance import methods, slim
+from .common import ModelArgs, check_model
 
 
 @dataclass
@@ -48,6 +49,8 @@ def run(args: Args) -> int:
         args.ratio = float(read_plan(args.plan)["slim_ratio"])
     slim.check_ratio(args.ratio)
     formats.check_output(args.out, args.overwrite)
+    if args.model:
+        check_model(ModelArgs(model=args.model))
     values, meta = load_gates(args.gates)
     importance = methods.get("gates", "neuron")(values)
     keep = slim.global_mask(importance, args.ratio, args.min_per_layer)

@@ -125,13 +125,13 @@ def plan_speedup(scores: dict[str, dict[int, float]], shape: Shape, req: SpeedRe
             mlp = set(order["mlp"][:m])
             dropped = sum(scores["attn"][i] for i in attn) + sum(mlp_scores[i] for i in mlp)
             kept = sum(s for i, s in mlp_scores.items() if i not in mlp)
-            has_mlp = any(w is not None and i not in mlp for i, w in enumerate(shape.widths))
-            for r in grid if has_mlp else grid[:1]:
+            if not any(w is not None and i not in mlp for i, w in enumerate(shape.widths)):
+                continue   # a model without an MLP left is no encoder worth keeping (check_keeps)
+            for r in grid:
                 widths = tuple(None if w is None or i in mlp else w * (1 - r) for i, w in enumerate(shape.widths))
                 after = count_flops(dataclasses.replace(shape, drop_attn=drop_attn, widths=widths),
                                     req.seq_len)["total"]
-                if after:   # a model with no sub-layer left is no encoder
-                    found.append(Candidate(a, m, r, before / after, dropped + req.slim_weight * r * kept))
+                found.append(Candidate(a, m, r, before / after, dropped + req.slim_weight * r * kept))
     reach = [c for c in found if c.flop_ratio >= req.target * (1 - 1e-9)]
     if not reach:
         best = max(found, key=lambda c: c.flop_ratio)
@@ -158,6 +158,15 @@ def pareto(found: list[Candidate]) -> list[Candidate]:
     return front
 
 
+def check_keeps(num_layers: int, attn, mlp, where: str) -> None:
+    """Refuse a drop that leaves no MLP, or no layer at all. Such a model still loads and encodes, so nothing
+    downstream would stop it: its embeddings are the input embeddings mixed by attention alone, or not at all."""
+    layers = set(range(num_layers))
+    if layers <= set(mlp):
+        what = "every layer" if layers <= set(attn) else "every MLP"
+        raise DsPruneError(f"{where} removes {what} of the {num_layers}-layer model; drop fewer")
+
+
 def read_plan(path) -> dict:
     """A ``plan.json`` (or the folder holding it), checked for what ``dsprune drop`` reads."""
     path = Path(path)
@@ -166,6 +175,7 @@ def read_plan(path) -> dict:
     for key in ("attn", "mlp", "num_layers", "slim_ratio"):
         if key not in doc:
             raise DsPruneError(f"{path}: missing field '{key}'")
+    check_keeps(doc["num_layers"], doc["attn"], doc["mlp"], f"{path}: the plan")
     return doc
 
 

@@ -198,7 +198,7 @@ def load_gates(path) -> tuple[dict[int, torch.Tensor], dict]:
     """(layer -> raw z, metadata) from a gates file or a slimming run folder holding one."""
     from pathlib import Path
 
-    from safetensors import safe_open
+    from ..formats import open_safetensors
 
     path = Path(path)
     if path.is_dir():
@@ -206,7 +206,7 @@ def load_gates(path) -> tuple[dict[int, torch.Tensor], dict]:
     if not path.is_file():
         raise DsPruneError(f"gates not found: {path} (run `launchers/train.py --mode slim` first)")
     values = {}
-    with safe_open(str(path), framework="pt") as f:
+    with open_safetensors(path) as f:
         meta = dict(f.metadata() or {})
         for key in f.keys():
             parts = key.split(".")
