@@ -126,17 +126,33 @@ def test_the_launcher_help_lists_config(capsys):
     assert "--config FILE" in capsys.readouterr().out
 
 
-def test_eval_without_out_writes_a_fresh_folder_per_model_and_time(llama, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+@pytest.fixture
+def beir(tmp_path):
     folder = tmp_path / "beir"
     (folder / "qrels").mkdir(parents=True)
     (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": f"doc {i}"}) + "\n"
                                                  for i in range(4)))
     (folder / "queries.jsonl").write_text(json.dumps({"_id": "q0", "text": "doc 1"}) + "\n")
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td1\t1\n")
-    assert main(["eval", "--model", llama, "--task", f"tiny={folder}", "--quiet"]) == 0
+    return folder
+
+
+def test_quiet_eval_without_out_prints_only_the_table_into_a_fresh_folder(llama, beir, tmp_path, capsys,
+                                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--model", llama, "--task", f"tiny={beir}", "--quiet"]) == 0
     (made,) = (tmp_path / "out").iterdir()
     assert made.name.startswith(f"eval-{Path(llama).name}-") and (made / "results.json").is_file()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("task ") and [line.split()[0] for line in out[1:]] == ["tiny"], out
+
+
+def test_eval_says_its_max_length_and_an_estimate_before_encoding(llama, beir, tmp_path, capsys):
+    assert main(["eval", "--model", llama, "--task", f"tiny={beir}", "--out", str(tmp_path / "e")]) == 0
+    out = capsys.readouterr().out
+    said = next(line for line in out.splitlines() if line.startswith("max length "))
+    assert said.startswith("max length 64 tokens") and "5 texts" in said and "to encode" in said
+    assert out.index(said) < out.index("task ")
 
 
 def test_two_runs_writing_one_output_at_once(llama, tmp_path, capsys):

@@ -6,13 +6,16 @@ the checkpoint whose fingerprint sits next to it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import random
 import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from .. import formats
 from ..errors import DsPruneError
@@ -38,7 +41,7 @@ class Args(ModelArgs):
     reference: Optional[str] = field(default=None, metadata={
         "help": "reference model for geometry's cosine-to-reference (e.g. the unpruned model)"})
     overwrite: bool = False
-    quiet: bool = field(default=False, metadata={"help": "no progress bars"})
+    quiet: bool = field(default=False, metadata={"help": "print nothing but the result table"})
 
 
 def run(args: Args) -> int:
@@ -54,25 +57,71 @@ def run(args: Args) -> int:
     if not model_dir.exists():
         raise DsPruneError(f"model not found: {model_dir}")
     weights_dir = model_dir.parent if str(model_dir).endswith(".gguf") else model_dir
-    with torch_threads(args.threads):
+    with torch_threads(args.threads), _silenced(args.quiet):
         specs = [s for t in args.task for s in tasks.resolve(t, args.split)]
         dup = sorted(n for n, c in Counter(s.name for s in specs).items() if c > 1)
         if dup:
             raise DsPruneError(f"task(s) given twice: {', '.join(dup)}")
         # bad task data fails in load_tasks, before the model loads
         doc = _evaluate(args, model_dir, weights_dir, specs, evaluate.load_tasks(specs))
-    figures = {n: {"ndcg_at_10": r.get("ndcg_at_10"), "recall_at_100": r.get("recall_at_100"),
-                   "main_score": r["main_score"], "main_metric": r["main_metric"]} for n, r in doc["tasks"].items()}
-    with formats.output_dir(out, args.overwrite) as tmp:
-        formats.write_results(tmp, doc)
-        if doc["model_manifest"]:
-            shutil.copy(weights_dir / formats.MANIFEST, tmp / "model_manifest.json")
-        formats.write_manifest(tmp, "eval", {"model": doc["model"], "fingerprint": doc["fingerprint"],
-                                             "tasks": {s.name: s.source for s in specs}},
-                               dataclasses.asdict(args), figures)
+        figures = {n: {"ndcg_at_10": r.get("ndcg_at_10"), "recall_at_100": r.get("recall_at_100"),
+                       "main_score": r["main_score"], "main_metric": r["main_metric"]}
+                   for n, r in doc["tasks"].items()}
+        with formats.output_dir(out, args.overwrite) as tmp:
+            formats.write_results(tmp, doc)
+            if doc["model_manifest"]:
+                shutil.copy(weights_dir / formats.MANIFEST, tmp / "model_manifest.json")
+            formats.write_manifest(tmp, "eval", {"model": doc["model"], "fingerprint": doc["fingerprint"],
+                                                 "tasks": {s.name: s.source for s in specs}},
+                                   dataclasses.asdict(args), figures)
     print(table(doc["tasks"], doc.get("geometry")))
-    print(f"wrote {out / formats.RESULTS}")
+    if not args.quiet:
+        print(f"wrote {out / formats.RESULTS}")
     return 0
+
+
+@contextlib.contextmanager
+def _silenced(quiet: bool) -> Iterator[None]:
+    """With --quiet, what the libraries print while the model loads and encodes (progress bars, load reports)
+    goes nowhere; an error still reaches the user, printed by the CLI once the block is left."""
+    if not quiet:
+        yield
+        return
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+        yield
+
+
+def _texts(node) -> Iterator[str]:
+    """Every text an mteb task's loaded data will have encoded: retrieval corpus and queries, the text
+    columns of classification and STS splits, through any nesting of subsets and splits."""
+    if hasattr(node, "corpus") and hasattr(node, "queries"):
+        for part in (node.corpus, node.queries):
+            yield from _texts(part)
+    elif hasattr(node, "column_names"):
+        for column in ("text", "sentence1", "sentence2"):
+            if column in node.column_names:
+                yield from (t for t in node[column] if isinstance(t, str))
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _texts(value)
+
+
+def estimate(enc, texts: list[str], batch_size: int, seed: int = 0) -> dict:
+    """Roughly how long encoding ``texts`` takes: one timed batch of a random sample gives the seconds per
+    token at this max length, the sample's truncated token counts the tokens of all texts. Said before the
+    encoding starts, so a run that would take hours (a long max length on CPU) can be stopped and shortened."""
+    if not texts:
+        return {"texts": 0, "tokens": 0, "seconds": 0.0}
+    rng = random.Random(seed)
+    sample = rng.sample(texts, min(len(texts), 256))
+    lengths = [len(ids) for ids in enc.token_ids(sample, "passage")]
+    timed = sample[:batch_size]
+    enc.encode(timed[:2], "passage", batch_size=2, show_progress=False)                    # warm-up
+    t0 = time.perf_counter()
+    enc.encode(timed, "passage", batch_size=batch_size, show_progress=False)
+    per_token = (time.perf_counter() - t0) / max(1, sum(lengths[:len(timed)]))
+    tokens = sum(lengths) / len(lengths) * len(texts)
+    return {"texts": len(texts), "tokens": int(tokens), "seconds": tokens * per_token}
 
 
 def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loaded) -> dict:
@@ -97,6 +146,10 @@ def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loade
     shown = ("pooling", "normalize", "max_length", "query_max_length")
     print(f"model {model_dir} ({model.mteb_model_meta.n_parameters / 1e6:.1f}M params, fingerprint {fp[:12]}); "
           "encoder: " + " ".join(f"{k}={getattr(enc.config, k)}" for k in shown))
+    if not args.quiet:
+        guess = estimate(enc, [t for task in loaded for t in _texts(task.dataset)], args.batch_size)
+        print(f"max length {enc.config.max_length} tokens (--max_length to change): {guess['texts']:,} texts, "
+              f"~{guess['tokens']:,} tokens, about {_duration(guess['seconds'])} to encode (estimate)", flush=True)
     results = evaluate.run(model, specs, loaded, batch_size=args.batch_size)
     doc = {"model": str(model_dir.resolve()), "fingerprint": fp, "params": model.mteb_model_meta.n_parameters,
            "encoder": dataclasses.asdict(enc.config), "mteb_version": mteb.__version__,
@@ -109,6 +162,11 @@ def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loade
         doc["geometry"] = {"data": geo_folder, "split": geo_split, "reference": args.reference,
                            **geometry.geometry(*embs)}
     return doc
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
+        f"{seconds / 3600:.1f} h"
 
 
 def table(results: dict, geo: dict | None = None) -> str:
