@@ -154,8 +154,8 @@ FLOP_MARGIN = 0.10
 
 
 def time_pairs(runs: dict, pairs: int = 5, warmup: int = 1, desc: str = "timed pairs") -> tuple[dict, dict]:
-    """Seconds of each of two callables, called as ``pairs`` pairs whose order alternates (a, b; b, a; ...),
-    after ``warmup`` calls of each; also each one's output from its last call."""
+    """Seconds of each callable over ``pairs`` rounds whose order alternates (a, b; b, a; ...), after ``warmup``
+    calls of each; also each one's output from its last call."""
     if pairs < 1:
         raise DsPruneError(f"the number of timed pairs must be at least 1, not {pairs}")
     from tqdm.auto import tqdm
@@ -197,7 +197,7 @@ def speed_warning(kind: str, res: dict) -> str | None:
                    "machine's load changed during the run")
     if res["flop_bound"] and res["speedup"] > res["flop_ratio"] * (1 + FLOP_MARGIN):
         why.append(f"it exceeds the FLOP ratio {res['flop_ratio']:.2f}x by more than {FLOP_MARGIN:.0%}, which "
-                   "removing work cannot do: other load slowed the baseline's passes")
+                   "removing work cannot do: something else slowed the baseline's passes")
     if not why:
         return None
     return f"{kind} speed-up {res['speedup']:.2f}x: " + "; ".join(why) + " (rerun on a quiet machine)"
