@@ -84,6 +84,9 @@ def load_recipe(path: str | Path | dict, overrides: dict | None = None,
         names.add(s["name"])
         stages.append(Stage(s["name"], args, s.get("command"), s.get("launcher"), int(s.get("num_gpus", 1)),
                             list(s.get("deepspeed_args", []))))
+    stray = sorted(set(overrides or {}) - names)
+    if stray:
+        raise DsPruneError(f"{path}: --set names no stage {', '.join(stray)}; the stages: {', '.join(sorted(names))}")
     return doc, stages
 
 
@@ -104,7 +107,7 @@ def recipe_params(doc: dict, path, given: dict | None) -> dict:
     return {**declared, **(given or {})}
 
 
-def parse_params(items: list[str]) -> dict:
+def parse_params(items: list[str], flag: str = "--param") -> dict:
     """``NAME=VALUE`` pairs from the command line; VALUE is read as YAML (``9`` an int, ``true`` a bool)."""
     import yaml
 
@@ -112,8 +115,19 @@ def parse_params(items: list[str]) -> dict:
     for item in items:
         name, eq, value = item.partition("=")
         if not eq or not name:
-            raise DsPruneError(f"--param {item!r}: expected NAME=VALUE")
+            raise DsPruneError(f"{flag} {item!r}: expected NAME=VALUE")
         out[name] = yaml.safe_load(value)
+    return out
+
+
+def parse_sets(items: list[str]) -> dict:
+    """``STAGE.OPTION=VALUE`` pairs: one stage's option changed for this run, the recipe file untouched."""
+    out: dict[str, dict] = {}
+    for name, value in parse_params(items, "--set").items():
+        stage, dot, option = name.partition(".")
+        if not dot or not stage or not option:
+            raise DsPruneError(f"--set {name}=...: expected STAGE.OPTION=VALUE")
+        out.setdefault(stage, {})[option] = value
     return out
 
 

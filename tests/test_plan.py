@@ -81,7 +81,23 @@ def test_protect_and_groups_are_honoured():
     assert only_mlp.drop.attn == [] and only_mlp.chosen.attn == 0
 
 
+def test_last_order_takes_the_fewest_top_blocks():
+    enc = tiny_encoder("llama", layers=LAYERS)
+    before = _total(enc, 32)
+    plan = plan_speedup(_scores(3), shape_of(enc), SpeedRequest(1.9, seq_len=32, order="last"))
+    k = len(plan.drop.mlp)
+    assert plan.drop.attn == plan.drop.mlp == list(range(LAYERS - k, LAYERS)) and plan.chosen.slim == 0
+    drop_sublayers(enc, plan.drop.attn, plan.drop.mlp)
+    assert before / _total(enc, 32) == pytest.approx(plan.chosen.flop_ratio, rel=5e-3)
+    assert plan.chosen.flop_ratio >= 1.9
+    assert plan.front[-2].flop_ratio < 1.9     # one block fewer does not reach it
+    with pytest.raises(DsPruneError, match="out of reach by dropping the last blocks"):
+        plan_speedup(_scores(3), shape_of(tiny_encoder("llama", layers=LAYERS)),
+                     SpeedRequest(4.0, seq_len=32, order="last", protect=4))
+
+
 @pytest.mark.parametrize("req,msg", [
+    (SpeedRequest(2.0, order="first"), "order must be one of importance, last"),
     (SpeedRequest(1.0), "above 1"), (SpeedRequest(0.5), "above 1"), (SpeedRequest(float("nan")), "above 1"),
     (SpeedRequest(50.0), r"50.0x is out of reach: the best is \d+\.\d+x"),
     (SpeedRequest(3.0, protect=5, max_slim=0), "out of reach with the first 5 layers protected"),

@@ -140,3 +140,18 @@ def test_train_stage_resumes_only_its_own_interrupted_run(tmp_path):
     assert "--resume" not in first
     assert "--resume" in same and "--overwrite" not in same
     assert "--resume" not in changed and "--overwrite" in changed
+
+
+def test_set_changes_one_stage_option_for_a_run(tiny_dirs, tmp_path, texts, capsys):
+    from dsprune.cli import main
+    calib = tmp_path / "c.txt"
+    calib.write_text("\n".join(texts))
+    r = str(_recipe(tmp_path, tiny_dirs["llama"], calib, 1))
+    assert main(["run", r, "--set", "drop.drop_mlp=2"]) == 0
+    man = json.loads((tmp_path / "out" / "drop" / "manifest.json").read_text())
+    assert len(man["structure"]["drop_mlp"]) == 2
+    for bad, msg in ((["--set", "dorp.drop_mlp=2"], "--set names no stage dorp"),
+                     (["--set", "drop_mlp=2"], "expected STAGE.OPTION=VALUE"),
+                     (["--set", "drop.drop_mpl=2"], "unknown option.*drop_mpl")):
+        assert main(["run", r, *bad]) == 2
+        assert msg.split(".*")[0] in capsys.readouterr().err

@@ -30,6 +30,9 @@ class Args(CalibArgs, EncoderArgs):
     slim_step: float = field(default=0.05, metadata={"help": "step of the slimming-ratio grid"})
     slim_weight: float = field(default=1.0, metadata={
         "help": "predicted damage of slimming r: slim_weight * r * sum of the kept MLPs' scores"})
+    order: str = field(default="importance", metadata={
+        "help": "importance: the cheapest drops and slimming by the scores; last: the fewest whole blocks from "
+                "the top (the drop-last-k baseline)"})
 
 
 def request(args: Args):
@@ -37,7 +40,7 @@ def request(args: Args):
 
     groups = tuple(g for g in args.drop_groups if g != "none")
     req = SpeedRequest(args.target_speedup, args.seq_len, args.protect, groups, args.max_slim, args.slim_step,
-                       args.slim_weight)
+                       args.slim_weight, args.order)
     req.validate()
     return req
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..recipe import parse_params, run_recipe
+from ..recipe import parse_params, parse_sets, run_recipe
 
 POSITIONAL = "recipe"
 
@@ -15,10 +15,13 @@ class Args:
     force: bool = field(default=False, metadata={"help": "rerun every stage"})
     param: list[str] = field(default_factory=list, metadata={
         "help": "NAME=VALUE for the recipe's params, e.g. model=gemma3-270m drop_mlp=9"})
+    set: list[str] = field(default_factory=list, metadata={
+        "help": "STAGE.OPTION=VALUE: change one stage's option for this run, e.g. plan.order=last"})
 
 
 def run(args: Args) -> int:
-    report = run_recipe(args.recipe, args.out, force=args.force, params=parse_params(args.param))
+    report = run_recipe(args.recipe, args.out, force=args.force, params=parse_params(args.param),
+                        overrides=parse_sets(args.set))
     w = max(len(n) for n in report)
     print("\n" + "\n".join(f"{n:<{w}}  {r['status']:<7} {r.get('seconds', '')} s" for n, r in report.items()))
     return 0

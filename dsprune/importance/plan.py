@@ -16,6 +16,9 @@ Predicted cost (a heuristic, documented as such): the sum of the 1 − cos score
 ``slim_weight = 1``; it makes the planner drop the weakest sub-layers first and slim to cover the rest.
 The plan is the cheapest candidate whose FLOP ratio reaches the target; ties go to fewer drops, then to
 less slimming.
+
+``order = "last"`` is the baseline the papers compare against instead: the fewest whole blocks taken from the
+top of the stack (drop-last-k) that reach the target, the scores ignored, no slimming.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from .drop_plan import DropPlan, DropRequest, candidates, plan_one_shot
 
 PLAN = "plan.json"
 GROUPS = ("attn", "mlp")
+ORDERS = ("importance", "last")
 
 
 @dataclass
@@ -42,8 +46,11 @@ class SpeedRequest:
     max_slim: float = 0.5                 # 0: no slimming
     slim_step: float = 0.05
     slim_weight: float = 1.0
+    order: str = "importance"             # last: drop-last-k blocks
 
     def validate(self) -> None:
+        if self.order not in ORDERS:
+            raise DsPruneError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}")
         if not (isinstance(self.target, (int, float)) and math.isfinite(self.target) and self.target > 1):
             raise DsPruneError(f"target_speedup must be a number above 1, not {self.target}")
         if self.seq_len < 1:
@@ -97,7 +104,7 @@ class SpeedPlan:
                 "drop_attn": c.attn, "drop_mlp": c.mlp, "slim_ratio": c.slim, "flop_ratio": c.flop_ratio,
                 "predicted_cost": c.cost, "flops_per_token": self.flops, "steps": self.drop.steps,
                 "policy": {k: v for k, v in dataclasses.asdict(self.request).items()
-                           if k in ("groups", "max_slim", "slim_step", "slim_weight")},
+                           if k in ("order", "groups", "max_slim", "slim_step", "slim_weight")},
                 "n_candidates": self.n_candidates, "candidates": [dataclasses.asdict(x) for x in self.front]}
 
 
@@ -116,6 +123,8 @@ def plan_speedup(scores: dict[str, dict[int, float]], shape: Shape, req: SpeedRe
              for g, gone in (("attn", gone_attn), ("mlp", gone_mlp))}
     mlp_scores = {i: s for i, s in scores["mlp"].items() if i not in gone_mlp}
     before = count_flops(shape, req.seq_len)["total"]
+    if req.order == "last":
+        return _plan_last(scores, shape, req, before, gone_attn, gone_mlp)
     grid = req.slim_grid()
     found = []
     for a in range(len(order["attn"]) + 1):
@@ -146,6 +155,27 @@ def plan_speedup(scores: dict[str, dict[int, float]], shape: Shape, req: SpeedRe
                              gone_attn, gone_mlp)
     after = before / chosen.flop_ratio
     return SpeedPlan(req, chosen, drop, n, {"before": before, "after": after}, pareto(found), len(found))
+
+
+def _plan_last(scores, shape: Shape, req: SpeedRequest, before: float, gone_attn: set[int],
+               gone_mlp: set[int]) -> SpeedPlan:
+    """The fewest top blocks whose removal reaches the target (at least one layer is always kept)."""
+    n = len(shape.widths)
+    found = []
+    for k in range(1, n - req.protect):
+        top = set(range(n - k, n))
+        widths = tuple(None if i in top else w for i, w in enumerate(shape.widths))
+        after = count_flops(dataclasses.replace(shape, drop_attn=tuple(sorted(gone_attn | top)), widths=widths),
+                            req.seq_len)["total"]
+        cost = sum(scores["attn"].get(i, 0.0) for i in top - gone_attn) + \
+            sum(scores["mlp"].get(i, 0.0) for i in top - gone_mlp)
+        found.append(Candidate(len(top - gone_attn), len(top - gone_mlp), 0.0, before / after, cost))
+        if found[-1].flop_ratio >= req.target * (1 - 1e-9):
+            drop = plan_one_shot(scores, n, DropRequest(last=k, protect=req.protect), gone_attn, gone_mlp)
+            return SpeedPlan(req, found[-1], drop, n, {"before": before, "after": after}, found, len(found))
+    raise DsPruneError(f"target speed-up {req.target}x is out of reach by dropping the last blocks: the best, "
+                       f"keeping {max(req.protect, 1)} layer(s), is {found[-1].flop_ratio:.3f}x" if found else
+                       f"target speed-up {req.target}x: no top block may be dropped (protect {req.protect} of {n})")
 
 
 def pareto(found: list[Candidate]) -> list[Candidate]:
