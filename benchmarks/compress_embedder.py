@@ -12,6 +12,7 @@ plan, the distillation's settings and losses, the stage times and the command as
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -26,36 +27,66 @@ from dsprune.report import compare  # noqa: E402
 RECIPE = REPO / "recipes" / "compress-embedder.yaml"
 OUT = REPO / "out" / "recipes" / "compress-embedder"
 NAME = "compress_embedder"
+# the same recipe with one stage option changed; its model rows join the main table in RESULTS.md
+VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"}}}
+# stages a variant can take from the main run as they are: they read no stage the variant changes
+SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm")
 
 
-def command(params: dict) -> list[str]:
+def out_of(variant: str) -> Path:
+    return OUT.with_name(f"{OUT.name}-{variant}") if variant else OUT
+
+
+def name_of(variant: str) -> str:
+    return f"{NAME}_{variant}" if variant else NAME
+
+
+def command(params: dict, variant: str = "") -> list[str]:
+    sets = VARIANTS[variant]["set"] if variant else {}
     return ["dsprune", "run", "--recipe", str(RECIPE.relative_to(REPO)),
             *(["--param", *[f"{k}={v}" for k, v in params.items()]] if params else []),
-            "--out", str(OUT.relative_to(REPO))]
+            *(["--set", *[f"{k}={v}" for k, v in sets.items()]] if sets else []),
+            "--out", str(out_of(variant).relative_to(REPO))]
+
+
+def share_finished_stages(variant: str) -> None:
+    """Hard-link the main run's finished stages that the variant would compute identically (the recipe then
+    finds their stamps and reuses them)."""
+    import shutil
+    for name in SHARED_STAGES:
+        src, dst = OUT / name, out_of(variant) / name
+        if (src / "stage.json").is_file() and not dst.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(src, dst, copy_function=os.link)
 
 
 def distill_summary(run: Path) -> dict:
-    """What the distillation did: its settings, step count and first/last losses from its own log."""
+    """What the distillation did: its settings, step count, first/last losses and the in-training scores
+    (``eval_ndcg_at_10`` rows: the learning curve) from its own log."""
     man = formats.read_json(run / "manifest.json", "distill manifest")
-    rows = [r for r in formats.read_jsonl(run / "log.jsonl") if "loss" in r]
+    log = formats.read_jsonl(run / "log.jsonl")
+    rows = [r for r in log if "loss" in r]
     keep = ("loss", "loss_cosine", "loss_kl", "loss_infonce")
     return {"config": {k: man.get("config", {}).get(k) for k in
-                       ("distill_data", "per_device_batch_size", "num_epochs", "learning_rate", "lora",
-                        "passage_max_length", "query_max_length", "distill_embed_weight", "distill_kl_weight",
-                        "infonce_weight", "seed")},
+                       ("distill_data", "per_device_batch_size", "num_epochs", "max_steps", "learning_rate",
+                        "warmup_steps", "lora", "freeze", "passage_max_length", "query_max_length",
+                        "distill_embed_weight", "distill_kl_weight", "infonce_weight", "eval_task", "eval_split",
+                        "seed")},
             "distill": man.get("distill"), "steps": len(rows),
             "first": {k: rows[0].get(k) for k in keep} if rows else None,
-            "last": {k: rows[-1].get(k) for k in keep} if rows else None}
+            "last": {k: rows[-1].get(k) for k in keep} if rows else None,
+            "curve": [{"step": r["step"], "ndcg_at_10": r["eval_ndcg_at_10"]} for r in log if "eval_ndcg_at_10" in r]}
 
 
-def collect(params: dict, out: Path, results: Path) -> Path:
+def collect(params: dict, out: Path, results: Path, variant: str = "") -> Path:
     doc = {"title": "EmbeddingGemma-300M compressed to a target speed-up, recovered by self-distillation",
-           **collect_recipe(RECIPE, params, out, command(params), "benchmarks/compress_embedder.py")}
+           **collect_recipe(RECIPE, params, out, command(params, variant), "benchmarks/compress_embedder.py"),
+           "variant": {"name": variant, **VARIANTS[variant]} if variant else None}
     plan = formats.read_json(out / "plan" / "plan.json", "plan")
     doc["plan"] = {k: plan.get(k) for k in ("target_speedup", "seq_len", "attn", "mlp", "slim_ratio",
                                             "flop_ratio", "num_layers")}
     doc["distill"] = distill_summary(out / "distill")
-    return keep_results(doc, out, results, NAME)
+    return keep_results(doc, out, results, name_of(variant))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,11 +94,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--param", nargs="*", default=[], help="NAME=VALUE recipe params (model, target_speedup)")
     ap.add_argument("--collect", action="store_true", help="only collect the finished recipe's report")
     ap.add_argument("--results", default=str(render.RESULTS))
+    ap.add_argument("--variant", default="", choices=["", *VARIANTS],
+                    help="run the recipe with a variant's stage options into its own folder (finished stages "
+                         "of the main run that it shares are reused)")
     a = ap.parse_args(argv)
     params = dict(p.split("=", 1) for p in a.param)
+    out = out_of(a.variant)
     if not a.collect:
-        run_recipe_command(command(params), OUT, "")
-    dest = collect(params, OUT, Path(a.results))
+        if a.variant:
+            share_finished_stages(a.variant)
+        run_recipe_command(command(params, a.variant), out, "")
+    dest = collect(params, out, Path(a.results), a.variant)
     print(compare.markdown(formats.read_json(dest, "results")["report"]))
     rerender()
     return 0

@@ -34,7 +34,9 @@ def _fake_run(tmp_path):
         "distill_data": ["a.jsonl"], "per_device_batch_size": 16, "num_epochs": 2, "learning_rate": 1e-4,
         "lora": False}, "distill": {"teacher": "t"}}))
     (out / "distill" / "log.jsonl").write_text("\n".join(json.dumps({"step": i + 1, "loss": 1.0 / (i + 1),
-                                                                    "loss_cosine": 0.1}) for i in range(4)))
+                                                                    "loss_cosine": 0.1,
+                                                                    **({"eval_ndcg_at_10": 0.3} if i == 1 else {})})
+                                                         for i in range(4)))
     labels = {"eval-full": ("unpruned", 0.8), "eval": ("drop + distill", 0.7), "eval-drop": ("drop only", 0.2),
               "eval-minilm": ("all-MiniLM-L6-v2", 0.6)}
     for i, name in enumerate(labels):
@@ -57,6 +59,17 @@ def test_collect_and_render(tmp_path):
     assert f"drop + distill: mean nDCG@10 {row['mean']:.4f} = {row['mean'] / ref:.3f} of the unpruned" in section
     assert "drop 2 attention sub-layers [20, 21] and 1 MLPs [23] of 24" in section
     assert "4 steps" in section and "full parameters" in section and "one training seed" in section
+    assert doc["distill"]["curve"] == [{"step": 2, "ndcg_at_10": 0.3}]
+    # a variant's model rows join the table under its label, against the same unpruned row
+    vdoc = json.loads(ce.collect({}, out, results, "last").read_text())
+    assert vdoc["command"].endswith("--set plan.order=last --out out/recipes/compress-embedder-last")
+    section = render.render(results, tmp_path / "RESULTS.md")
+    assert "| drop-last-k + distill |" in section and "| drop-last-k only |" in section
+    assert "**drop-last-k** (`dsprune run" in section
+    vdoc["report"]["rows"][0]["tasks"]["scifact_small"]["score"] += 0.01
+    (results / "compress_embedder_last.json").write_text(json.dumps(vdoc))
+    with pytest.raises(SystemExit, match="unpruned scores differ"):
+        render.render(results, tmp_path / "RESULTS.md")
     (out / "distill" / "stage.json").unlink()
     with pytest.raises(SystemExit, match="distill.*has not finished"):
         ce.collect({}, out, results)

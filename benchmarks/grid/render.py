@@ -324,14 +324,20 @@ def render_families(results: Path, md: Path) -> list[str]:
 
 
 def render_compress(results: Path, md: Path) -> list[str]:
-    """A trained embedder through recipes/compress-embedder.yaml (benchmarks/compress_embedder.py)."""
+    """A trained embedder through recipes/compress-embedder.yaml (benchmarks/compress_embedder.py), with the
+    model rows of its variants (``compress_embedder_<variant>.json``) in the same table."""
     p = results / "compress_embedder.json"
     if not p.is_file():
         return []
     d = formats.read_json(p, "compress-embedder results")
     table, plan, dist = d["report"], d["plan"], d["distill"]
+    cfg = dist["config"]
     minutes = sum(s.get("seconds") or 0 for s in d["stages"]) / 60
     ref = next(r for r in table["rows"] if r["label"] == table["reference"])
+    variants = [formats.read_json(v, "compress-embedder variant") for v in sorted(results.glob(f"{p.stem}_*.json"))]
+    table = {**table, "rows": table["rows"] + [r for v in variants for r in variant_rows(v, ref)]}
+    length = (f"{dist['steps']} steps" if cfg.get("max_steps") else f"{cfg['num_epochs']} epochs ({dist['steps']} steps)")
+    frozen = f", `{cfg['freeze']}` frozen" if cfg.get("freeze") else ""
     out = [f"## {d['title']}", "",
            f"`.venv/bin/python benchmarks/compress_embedder.py` runs `{d['command']}` ({d.get('code_version')}, "
            f"{minutes:.0f} min of stages on 2 CPU cores) and keeps the recipe's `report` stage. The reference is "
@@ -340,14 +346,29 @@ def render_compress(results: Path, md: Path) -> list[str]:
            f"drop {len(plan['attn'])} attention sub-layers {plan['attn']} and {len(plan['mlp'])} MLPs "
            f"{plan['mlp']} of {plan['num_layers']}, slimming {plan['slim_ratio']}; FLOP ratio "
            f"{plan['flop_ratio']:.3f}×.",
-           f"- **Distillation** (`launchers/train.py --mode distill`, teacher: the unpruned model): "
-           f"{dist['steps']} steps, data {dist['config']['distill_data']}, "
-           f"{dist['config']['per_device_batch_size']} items per rank × 2 ranks, {dist['config']['num_epochs']} "
-           f"epochs, learning rate {dist['config']['learning_rate']}, "
-           f"{'LoRA' if dist['config']['lora'] else 'full parameters'}; loss {dist['first']['loss']:.4f} at the "
+           f"- **Distillation** (`launchers/train.py --mode distill`, teacher: the unpruned model): {length} of "
+           f"{cfg['per_device_batch_size']} items per rank × 2 ranks, data {cfg['distill_data']}, learning rate "
+           f"{cfg['learning_rate']}"
+           f"{f' ({w} warm-up steps, then linear decay)' if (w := cfg.get('warmup_steps')) is not None else ''}, "
+           f"{'LoRA' if cfg['lora'] else 'full parameters'}{frozen}; loss {dist['first']['loss']:.4f} at the "
            f"first step, {dist['last']['loss']:.4f} at the last.",
            "- **Confound:** the distillation text holds passages of the SciFact corpus (scifact_small's documents "
-           "are a subset) and the FinanceBench corpus, unlabelled; no test query or test label.", ""]
+           "are a subset) and the FinanceBench corpus, unlabelled; no test query or test label."]
+    if dist.get("curve"):
+        task = f"{cfg.get('eval_task')} {cfg.get('eval_split')}"
+        drop_only = next((r for r in table["rows"] if r["label"] == "drop only"), None)
+        start = drop_only["tasks"].get(cfg.get("eval_task"), {}).get("score") if drop_only else None
+        points = ([f"0: {start:.4f} (drop only, `dsprune eval`)"] if start is not None else []) + \
+            [f"{c['step']}: {c['ndcg_at_10']:.4f}" for c in dist["curve"]]
+        out.append(f"- **Learning curve** (nDCG@10 on {task}, scored by the trainer during the run; monitoring "
+                   f"only, never used to pick a checkpoint): " + ", ".join(points) + ".")
+    for v in variants:
+        vp = v["plan"]
+        out.append(f"- **{v['variant']['label']}** (`{v['command']}`): the same recipe with "
+                   f"{', '.join(f'`{k}={x}`' for k, x in v['variant']['set'].items())}: drops "
+                   f"{len(vp['attn'])} attention and {len(vp['mlp'])} MLP sub-layers {vp['mlp']}, FLOP ratio "
+                   f"{vp['flop_ratio']:.3f}×, then the same distillation ({v['distill']['steps']} steps).")
+    out.append("")
     for r in table["rows"]:
         if r is not ref and r.get("mean") is not None and ref.get("mean"):
             sp = r.get("speed") or {}
@@ -361,6 +382,18 @@ def render_compress(results: Path, md: Path) -> list[str]:
     out += ["Stage minutes: " + ", ".join(f"{s['name']} {(s.get('seconds') or 0) / 60:.0f}"
                                           for s in d["stages"]) + ".", ""]
     return out
+
+
+def variant_rows(v: dict, ref: dict) -> list[dict]:
+    """A variant run's own model rows, named after the variant. Its intervals are against its own reference
+    row, so that row must hold the main run's per-task scores."""
+    vref = next(r for r in v["report"]["rows"] if r["label"] == v["report"]["reference"])
+    if {t: x["score"] for t, x in vref["tasks"].items()} != {t: x["score"] for t, x in ref["tasks"].items()}:
+        raise SystemExit(f"compress-embedder variant {v['variant']['name']}: its unpruned scores differ from the "
+                         "main run's; rerun it")
+    label = v["variant"]["label"]
+    return [{**r, "label": r["label"].replace("drop", label, 1)} for r in v["report"]["rows"]
+            if r["label"] in ("drop + distill", "drop only")]
 
 
 def render_int8(results: Path) -> list[str]:
