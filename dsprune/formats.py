@@ -138,7 +138,7 @@ def check_output(out: str | os.PathLike, overwrite: bool = False) -> Path:
         if not overwrite:
             raise DsPruneError(f"output folder exists: {out} (pass --overwrite to replace it)")
         _check_replaceable(out)
-    _check_creatable(out)
+    check_creatable(out)
     if os.environ.get("RANK", "0") == "0":     # the ranks of one launch share their output; rank 0 writes it
         _claim(out)
     return out
@@ -161,17 +161,19 @@ def _check_replaceable(out: Path) -> None:
                            "replace it (remove it yourself or choose another --out)")
 
 
-def _check_creatable(out: Path) -> None:
-    """The temporary sibling ``output_dir`` writes must be creatable: found now, not after hours of work."""
+def check_creatable(out: str | os.PathLike, option: str = "--out") -> None:
+    """``out`` (or, for ``output_dir``, its temporary sibling) must be creatable: found now, not after hours
+    of work."""
+    out = Path(out)
     place = out.absolute().parent
     while not place.exists() and not place.is_symlink() and place != place.parent:
         place = place.parent
     if not place.is_dir():
-        raise DsPruneError(f"--out {out}: cannot be created under {place}, which is a file")
+        raise DsPruneError(f"{option} {out}: cannot be created under {place}, which is a file")
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".dsprune-probe-", dir=place))
     except OSError as e:
-        raise DsPruneError(f"--out {out}: cannot write in {place} ({e.strerror})") from None
+        raise DsPruneError(f"{option} {out}: cannot write in {place} ({e.strerror})") from None
 
 
 _CLAIMS: dict[Path, Any] = {}

@@ -17,8 +17,10 @@ def main(argv: list[str] | None = None) -> int:
     from dsprune.config import parse_args
     from dsprune.distributed import close_process_group, report_aborts
     from dsprune.errors import DsPruneError
+    from dsprune.train.engine import remove_orphan_shm_buffers
 
     report_aborts()
+    remove_orphan_shm_buffers()  # a launch killed with -9 leaves its ranks' buffers in RAM
     argv = list(sys.argv[1:] if argv is None else argv)
     # The deepspeed launcher appends --local_rank=N; the rank comes from the environment instead.
     argv = [a for a in argv if not a.startswith("--local_rank")]

@@ -16,16 +16,20 @@ def main(argv: list[str] | None = None) -> int:
     from dsprune.config import parse_args
     from dsprune.distributed import close_process_group, one_rank_env, report_aborts
     from dsprune.errors import DsPruneError
+    from dsprune.formats import check_creatable
     from dsprune.memory import hold_mmap_threshold
+    from dsprune.train.engine import remove_orphan_shm_buffers
     from dsprune.train.loop import train
     from dsprune.train.slim import StageArgs, stage_hooks  # --mode train|slim|distill, --mask
 
     report_aborts()
+    remove_orphan_shm_buffers()  # a launch killed with -9 leaves its ranks' buffers in RAM
     argv = list(sys.argv[1:] if argv is None else argv)
     # the DeepSpeed launcher appends --local_rank=N; the rank is read from the environment instead
     argv = [a for a in argv if not a.startswith("--local_rank")]
     try:
         args = parse_args(StageArgs, argv, prog="launchers/train.py")
+        check_creatable(args.output_dir, "--output_dir")   # now, not at the first save after set-up
         hooks = stage_hooks(args)
         threshold = hold_mmap_threshold()  # else freed activations stay resident (dsprune.memory)
         with one_rank_env():

@@ -1,5 +1,7 @@
-"""Bad input as a new user gives it: one `error:` line naming the input, exit 2, nothing written, and the
-refusal comes before any model is loaded where the input alone can tell."""
+"""The edges a new user finds. Bad input gets one `error:` line naming it, exit 2 and nothing written, before
+any model loads where the input alone can tell; an output is claimed while it is written, replaced only when
+dsprune wrote it, and leaves no temporary behind a signal; eval says its max length and cost before encoding;
+shm buffers of killed launches are removed, and only those."""
 import json
 import os
 import signal
@@ -219,3 +221,40 @@ def test_the_next_run_removes_stale_temporaries_of_its_output_only(llama, tmp_pa
         (tmp_path / stale / "model.safetensors").write_bytes(b"partial")
     assert main(["drop", "--model", llama, "--drop-last", "1", "--out", str(tmp_path / "o")]) == 0
     assert {p.name for p in tmp_path.iterdir()} == {"o", ".other.tmp-789-ef01"}
+
+
+def test_only_our_shm_buffers_that_no_process_holds_are_removed(monkeypatch):
+    from dsprune.distributed import SHM
+    from dsprune.train.engine import remove_orphan_shm_buffers
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    name = "deepspeed_allreduce_buffer_{}_127.0.0.9_{}_{}"
+    orphan, held, others = (SHM / name.format(os.getuid(), os.getpid(), 0),
+                            SHM / name.format(os.getuid(), os.getpid(), 1),
+                            SHM / name.format(os.getuid() + 1, os.getpid(), 0))
+    for p in (orphan, held, others):
+        p.write_bytes(b"\0" * 64)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'rb'); "
+                               "print('open', flush=True); time.sleep(60)", str(held)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        gone = remove_orphan_shm_buffers()
+        assert orphan.name in gone and not orphan.exists()
+        assert held.exists() and others.exists() and held.name not in gone
+    finally:
+        holder.kill()
+        holder.wait()
+        for p in (orphan, held, others):
+            p.unlink(missing_ok=True)
+
+
+def test_the_train_launcher_refuses_an_output_dir_it_cannot_create(tmp_path, capsys):
+    import runpy
+
+    (tmp_path / "f").write_text("a file")
+    launcher = runpy.run_path(str(REPO / "launchers" / "train.py"))      # its main, not its __main__ exit
+    assert launcher["main"](["--model", "m", "--output_dir", str(tmp_path / "f" / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --output_dir {tmp_path / 'f' / 'run'}: cannot be created") and "\n" == err[-1]
+    assert files(tmp_path) == {"f"}

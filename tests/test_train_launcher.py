@@ -1,7 +1,7 @@
 """The real launcher (`deepspeed --num_gpus 2 launchers/train.py`, gloo, 2 CPU ranks) on a tiny Llama.
 
 Runs are module-scoped and shared by the tests: ZeRO-2 full-parameter + KL from data scores + eval;
-ZeRO-3 + LoRA; the same ZeRO-3 run killed after a checkpoint and resumed; torchrun without cross-rank
+ZeRO-3 + LoRA; the same ZeRO-3 run killed with -9 after a checkpoint, torn, and resumed; torchrun without cross-rank
 negatives, distilling from the starting model itself, with gradient checkpointing.
 """
 import json
@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from dsprune.distributed import SHM, shm_buffers
 from dsprune.encoder import Encoder
 from dsprune.losses import info_nce, kl_distill
 from dsprune.train.data import Collator, Schedule, load_groups
@@ -55,12 +56,23 @@ def run_z3(setup):
 
 @pytest.fixture(scope="module")
 def run_z3_resumed(setup):
+    """Killed with -9 after its second checkpoint, leaving its shm buffers; then its newest checkpoint is torn
+    (a shard cut short) and its log ends in half a row, as a crash mid-write leaves them; then resumed."""
     out = setup["root"] / "z3_killed"
     args = ["--config", str(setup["cfg"]), "--output_dir", str(out), *Z3_ARGS]
-    killed_at = launch_and_kill(args, out, min_step=4)
+    before = set(shm_buffers("*"))
+    killed_at = launch_and_kill(args, out, min_step=8, leave_shm=True)
+    orphans = set(shm_buffers("*")) - before
     assert not (out / "manifest.json").exists()
-    ok(launch(args + ["--resume"]))
-    return out, killed_at
+    torn = out / "checkpoints" / f"step{killed_at}"
+    shard = max((p for p in torn.iterdir() if p.suffix == ".pt"), key=lambda p: p.stat().st_size)
+    shard.write_bytes(shard.read_bytes()[:shard.stat().st_size // 2])
+    with open(out / "log.jsonl", "a") as f:
+        f.write('{"step": 99, "loss": 0.')
+    proc = launch(args + ["--resume"])
+    ok(proc)
+    proc.orphans = sorted(p.name for p in orphans)
+    return out, killed_at, proc
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +130,7 @@ def test_zero3_lora_trains_and_exports_merged(run_z3, setup):
 
 
 def test_killed_run_resumes_with_same_losses(run_z3, run_z3_resumed):
-    out, killed_at = run_z3_resumed
+    out, killed_at, _ = run_z3_resumed
     man = json.loads((out / "manifest.json").read_text())
     k = man["figures"]["resumed_from"]
     assert 4 <= k < 16 and k % 4 == 0 and k <= killed_at
@@ -129,6 +141,22 @@ def test_killed_run_resumes_with_same_losses(run_z3, run_z3_resumed):
         if r["step"] > k:
             assert math.isclose(r["loss"], ref[r["step"]]["loss"], rel_tol=1e-4, abs_tol=1e-5), (r, ref[r["step"]])
             assert math.isclose(r["lr"], ref[r["step"]]["lr"], rel_tol=1e-9)
+
+
+def test_a_torn_checkpoint_falls_back_to_the_previous_complete_one(run_z3_resumed):
+    out, killed_at, proc = run_z3_resumed
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "incomplete" in line]
+    k = json.loads((out / "manifest.json").read_text())["figures"]["resumed_from"]
+    assert k < killed_at and len(said) == 1 and f"step{killed_at} is incomplete" in said[0], said
+    assert said[0].endswith(f"resuming from step{k}")
+    assert all((d / "commit.json").is_file() for d in (out / "checkpoints").glob("step*"))
+
+
+def test_the_next_launch_removes_the_shm_buffers_a_killed_one_left(run_z3_resumed):
+    _, _, proc = run_z3_resumed
+    assert len(proc.orphans) == RANKS                        # what kill -9 left in RAM
+    assert not any((SHM / name).exists() for name in proc.orphans)
+    assert all(name in proc.stdout for name in proc.orphans)   # and the launch said so
 
 
 def _step1_embeddings(setup):

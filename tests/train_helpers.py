@@ -92,8 +92,9 @@ def ok(proc) -> None:
 
 
 def launch_and_kill(args: list[str], out: Path, min_step: int, timeout: int = 300,
-                    extra_env: dict | None = None) -> int:
-    """Start a run, SIGKILL its whole process group once a checkpoint of step >= ``min_step`` exists."""
+                    extra_env: dict | None = None, leave_shm: bool = False) -> int:
+    """Start a run, SIGKILL its whole process group once a checkpoint of step >= ``min_step`` exists; its shm
+    buffers are removed unless ``leave_shm`` (as a user's kill leaves them, for the next launch to find)."""
     port = free_port()
     proc = subprocess.Popen(command(args, port=port), env=env(extra_env), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -111,7 +112,8 @@ def launch_and_kill(args: list[str], out: Path, min_step: int, timeout: int = 30
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
-        remove_shm_buffers(port)  # killed ranks never unlink theirs
+        if not leave_shm:
+            remove_shm_buffers(port)  # killed ranks never unlink theirs
     return int(latest.read_text().strip()[4:])
 
 

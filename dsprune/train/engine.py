@@ -8,6 +8,8 @@ starts must stay fast.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -87,6 +89,39 @@ def start_process_group(args: TrainArgs) -> tuple[int, int, str]:
     return rank, world, device
 
 
+def remove_orphan_shm_buffers() -> list[str]:
+    """Unlink this user's DeepSpeed CPU allreduce buffers that no live process holds: what a launch killed
+    with -9 leaves in /dev/shm, which is RAM (its ranks never reach ``close_process_group``). A rank keeps
+    its own buffer open and mapped, and its peers map it, from creation until they exit, so a buffer that
+    no process has open or mapped belongs to no running launch. Listed before the processes are read: a
+    buffer created after the listing is not looked at. One rank per host looks (the first); says what it
+    removed."""
+    from ..distributed import shm_buffers
+
+    found = shm_buffers("*") if os.environ.get("LOCAL_RANK", "0") == "0" else []   # any address, port, rank
+    if not found:
+        return []
+    held: set[str] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    held.add(os.readlink(fd))
+            with open(proc / "maps") as maps:
+                held.update(line.split(None, 5)[-1].strip() for line in maps if "/dev/shm/" in line)
+        except OSError:                            # the process ended meanwhile, or is not ours to read
+            continue
+    gone = [p for p in found if str(p) not in held]
+    for path in gone:
+        path.unlink(missing_ok=True)
+    if gone:
+        print(f"removed {len(gone)} DeepSpeed shm buffer(s) of killed launches from /dev/shm: "
+              f"{', '.join(p.name for p in gone)}", flush=True)
+    return [p.name for p in gone]
+
+
 def optimizer_groups(model: torch.nn.Module, args: TrainArgs, groups: list[dict]) -> list[dict]:
     """``groups`` (a stage's own, e.g. gates with their learning rate) plus every other trainable parameter
     as the group "model"; the training arguments fill what a group leaves unset."""
@@ -128,9 +163,61 @@ def wrap(model: torch.nn.Module, args: TrainArgs, groups: list[dict], world: int
     return engine, cfg
 
 
+# Written last into each checkpoint, once every rank has written its shards: the checkpoint's files and their
+# sizes. A checkpoint without it, or whose files differ from it, was torn by a crash and is never loaded.
+COMMIT = "commit.json"
+
+
+def _files(tag: Path) -> dict[str, int]:
+    return {str(p.relative_to(tag)): p.stat().st_size for p in sorted(tag.rglob("*"))
+            if p.is_file() and p.name != COMMIT}
+
+
+def _tags(ckdir: Path) -> list[Path]:
+    """The checkpoints in ``ckdir``, newest first."""
+    tags = [p for p in ckdir.glob("step*") if p.is_dir() and p.name[4:].isdigit()]
+    return sorted(tags, key=lambda p: -int(p.name[4:]))
+
+
+def _torn(tag: Path) -> str | None:
+    """Why the checkpoint ``tag`` cannot be trusted, or None when its files are the ones its commit lists."""
+    try:
+        listed = json.loads((tag / COMMIT).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "no commit mark: the save did not finish"
+    found = _files(tag)
+    bad = sorted(f for f in set(listed) | set(found) if listed.get(f) != found.get(f))
+    if not bad:
+        return None
+    f, more = bad[0], f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    if f not in found:
+        return f"{f} is missing{more}"
+    if f not in listed:
+        return f"{f} was not part of the save{more}"
+    return f"{f} has {found[f]:,} bytes, {listed[f]:,} when written{more}"
+
+
+def complete_checkpoint(ckdir: Path) -> str | None:
+    """The newest checkpoint whose commit mark matches its files; newer torn ones are named in one line.
+    None when no checkpoint carries a mark (written before marks existed): DeepSpeed's ``latest`` then."""
+    tags = _tags(ckdir)
+    if not any((t / COMMIT).is_file() for t in tags):
+        return None
+    skipped = []
+    for tag in tags:
+        why = _torn(tag)
+        if why is None:
+            if skipped and (not dist.is_initialized() or dist.get_rank() == 0):
+                print(f"--resume: checkpoint {'; '.join(skipped)}; resuming from {tag.name}", flush=True)
+            return tag.name
+        skipped.append(f"{tag.name} is incomplete ({why})")
+    raise DsPruneError(f"--resume: no complete checkpoint in {ckdir}: {'; '.join(skipped)}")
+
+
 def load_checkpoint(engine, ckdir: Path, world: int, args: TrainArgs) -> int:
-    """Restore the newest checkpoint in ``ckdir``; returns the step it was written at."""
-    _, state = engine.load_checkpoint(str(ckdir), load_module_strict=not args.lora)
+    """Restore the newest complete checkpoint in ``ckdir``; returns the step it was written at."""
+    _, state = engine.load_checkpoint(str(ckdir), tag=complete_checkpoint(ckdir),
+                                      load_module_strict=not args.lora)
     if state is None:
         raise DsPruneError(f"--resume: could not load a checkpoint from {ckdir}")
     if state.get("world_size") != world:
@@ -140,14 +227,17 @@ def load_checkpoint(engine, ckdir: Path, world: int, args: TrainArgs) -> int:
 
 
 def save_checkpoint(engine, ckdir: Path, step: int, world: int, args: TrainArgs, rank: int) -> None:
-    """Checkpoint ``step`` (every rank writes its shards), then keep the newest ``save_total_limit``."""
-    engine.save_checkpoint(str(ckdir), tag=f"step{step}", client_state={"step": step, "world_size": world},
+    """Checkpoint ``step`` (every rank writes its shards, then rank 0 its commit mark), then keep the newest
+    ``save_total_limit``."""
+    tag = ckdir / f"step{step}"
+    engine.save_checkpoint(str(ckdir), tag=tag.name, client_state={"step": step, "world_size": world},
                            exclude_frozen_parameters=args.lora)
-    dist.barrier()
-    if rank == 0 and args.save_total_limit > 0:
-        tags = sorted((p for p in ckdir.glob("step*") if p.is_dir()), key=lambda p: int(p.name[4:]))
-        for old in tags[:-args.save_total_limit]:
-            shutil.rmtree(old, ignore_errors=True)
+    dist.barrier()      # every rank's shards are on disk
+    if rank == 0:
+        formats.write_json(tag / COMMIT, {"step": step, "files": _files(tag)})
+        if args.save_total_limit > 0:
+            for old in _tags(ckdir)[args.save_total_limit:]:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def gathered_state(engine, rank: int) -> dict[str, torch.Tensor]:

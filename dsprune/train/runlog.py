@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from .. import formats
+from ..errors import DsPruneError
 
 LOG = "log.jsonl"
 TENSORBOARD = "tensorboard"
@@ -55,6 +56,16 @@ class RunLog:
 
 
 def _read(path: Path) -> list[dict]:
+    """The rows written so far. A last row cut short is what a killed run leaves when it dies mid-write: it is
+    dropped (the resumed run repeats that step); a malformed row before it is damage, named by line."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [(n, line) for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    rows = []
+    for n, line in lines:
+        try:
+            rows.append(formats.json_object(line, f"{path}: line {n}"))
+        except DsPruneError:
+            if n != lines[-1][0]:
+                raise
+    return rows
