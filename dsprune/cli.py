@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from .commands import bench, dai, demo, drop, eval, export, mask, mine, plan, prune, report, run, sample, score, tune
 from .errors import DsPruneError
-from .formats import release_outputs
+from .formats import claims_released
 
 
 class Command(NamedTuple):
@@ -68,13 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     if positional and rest and not rest[0].startswith("-"):
         rest = [f"--{positional}", *rest]
     try:
-        args = parse_args(module.Args, rest, prog=f"dsprune {name}")
-        result = module.run(args)
+        with claims_released():
+            args = parse_args(module.Args, rest, prog=f"dsprune {name}")
+            result = module.run(args)
     except DsPruneError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    finally:
-        release_outputs()   # a command run in-process (tests, the demo) frees the folders it claimed
     return int(result or 0)
 
 

@@ -132,7 +132,7 @@ def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> list[
 def check_output(out: str | os.PathLike, overwrite: bool = False) -> Path:
     """Refuse a user's output folder before any work starts: one that exists (unless overwriting a folder a
     dsprune manifest marks as its own), one that cannot be created, or one another run is writing now. The
-    folder is then claimed until it is written (``output_dir``) or the command ends (``release_outputs``)."""
+    folder is then claimed until it is written (``output_dir``) or the command ends (``claims_released``)."""
     out = Path(out)
     if out.exists():
         if not overwrite:
@@ -203,12 +203,23 @@ def _claim(out: Path) -> None:
     _CLAIMS[key] = f
 
 
-def release_outputs(out: str | os.PathLike | None = None) -> None:
-    """Let other runs write ``out`` (default: every folder this process claimed)."""
-    for key in [Path(out).absolute()] if out is not None else list(_CLAIMS):
-        f = _CLAIMS.pop(key, None)
-        if f is not None:
-            f.close()      # closing drops the lock; the empty lock file stays, so no run locks a stale name
+def release_output(out: str | os.PathLike) -> None:
+    """Let other runs write ``out`` again."""
+    f = _CLAIMS.pop(Path(out).absolute(), None)
+    if f is not None:
+        f.close()      # closing drops the lock; the empty lock file stays, so no run locks a stale name
+
+
+@contextlib.contextmanager
+def claims_released() -> Iterator[None]:
+    """Output folders claimed inside the block are released when it ends, and only those: a command run
+    in-process (tests, the demo) frees what it claimed, not what its caller holds."""
+    before = set(_CLAIMS)
+    try:
+        yield
+    finally:
+        for key in set(_CLAIMS) - before:
+            release_output(key)
 
 
 @contextlib.contextmanager
@@ -263,7 +274,7 @@ def output_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path
         else:
             os.replace(tmp, out)
     finally:
-        release_outputs(out)
+        release_output(out)
 
 
 @contextlib.contextmanager
