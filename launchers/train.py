@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, wh
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dsprune.commands.common import check_model_files
     from dsprune.config import parse_args
     from dsprune.distributed import close_process_group, one_rank_env, report_aborts
     from dsprune.errors import DsPruneError
@@ -30,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(StageArgs, argv, prog="launchers/train.py")
         check_creatable(args.output_dir, "--output_dir")   # now, not at the first save after set-up
+        for what, model in (("model", args.model), ("teacher", args.teacher)):
+            if model and model != "self":      # a damaged GGUF or another family: refused before any rank starts
+                check_model_files(model, what)
         hooks = stage_hooks(args)
         threshold = hold_mmap_threshold()  # else freed activations stay resident (dsprune.memory)
         with one_rank_env():

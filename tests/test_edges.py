@@ -249,12 +249,21 @@ def test_only_our_shm_buffers_that_no_process_holds_are_removed(monkeypatch):
             p.unlink(missing_ok=True)
 
 
-def test_the_train_launcher_refuses_an_output_dir_it_cannot_create(tmp_path, capsys):
+@pytest.mark.parametrize("bad", ["output_dir", "model", "teacher"])
+def test_the_train_launcher_refuses_before_anything_starts(llama, tmp_path, capsys, monkeypatch, bad):
     import runpy
 
+    monkeypatch.setenv("DSPRUNE_CACHE", str(tmp_path / "cache"))
     (tmp_path / "f").write_text("a file")
+    (tmp_path / "m.gguf").write_bytes(b"GGUF" + os.urandom(100))
+    argv = {"output_dir": ["--model", llama, "--output_dir", str(tmp_path / "f" / "run")],
+            "model": ["--model", str(tmp_path / "m.gguf"), "--output_dir", str(tmp_path / "run")],
+            "teacher": ["--model", llama, "--teacher", str(tmp_path / "m.gguf"), "--mode", "distill",
+                        "--output_dir", str(tmp_path / "run")]}[bad]
     launcher = runpy.run_path(str(REPO / "launchers" / "train.py"))      # its main, not its __main__ exit
-    assert launcher["main"](["--model", "m", "--output_dir", str(tmp_path / "f" / "run")]) == 2
+    assert launcher["main"](argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: --output_dir {tmp_path / 'f' / 'run'}: cannot be created") and "\n" == err[-1]
-    assert files(tmp_path) == {"f"}
+    named = f"--output_dir {tmp_path / 'f' / 'run'}: cannot be created" if bad == "output_dir" else \
+        f"{tmp_path / 'm.gguf'}: not a usable GGUF file"
+    assert err.startswith(f"error: {named}") and err.count("\n") == 1, err
+    assert files(tmp_path) == {"f", "m.gguf"}

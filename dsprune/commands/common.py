@@ -47,16 +47,23 @@ def check_model(args: ModelArgs, path: str | None = None) -> None:
     """Refuse, before any weight is read, what would fail deep inside loading with a traceback, or only after
     it: a dtype dsprune does not carry, a device this machine lacks, a damaged GGUF file, a model family
     dsprune has no module for (read from config.json or the GGUF metadata, not from the loaded model)."""
-    from .. import arch, formats
     from ..errors import DsPruneError
-    from ..packaged import gguf_architecture, model_path
 
     if args.dtype not in DTYPES:
         raise DsPruneError(f"--dtype {args.dtype!r}: choose one of {', '.join(DTYPES)}")
     check_device(args.device)
-    source = Path(model_path(args.model if path is None else path))
+    check_model_files(args.model if path is None else path)
+
+
+def check_model_files(path: str, what: str = "model") -> None:
+    """The model's files, before a loader reads them: there, a GGUF file whole, a family dsprune knows."""
+    from .. import arch, formats
+    from ..errors import DsPruneError
+    from ..packaged import gguf_architecture, model_path
+
+    source = Path(model_path(path))
     if not source.exists():
-        raise DsPruneError(f"model not found: {source}")
+        raise DsPruneError(f"{what} not found: {source}")
     if source.suffix == ".gguf":
         config, where = {"model_type": gguf_architecture(source)}, source
     elif (source / "config.json").is_file():
