@@ -137,28 +137,30 @@ def check_output(out: str | os.PathLike, overwrite: bool = False) -> Path:
     if out.exists():
         if not overwrite:
             raise DsPruneError(f"output folder exists: {out} (pass --overwrite to replace it)")
-        _check_replaceable(out)
+        check_replaceable(out)
     check_creatable(out)
     if os.environ.get("RANK", "0") == "0":     # the ranks of one launch share their output; rank 0 writes it
         _claim(out)
     return out
 
 
-def _check_replaceable(out: Path) -> None:
-    """--overwrite replaces only what dsprune wrote, and never the folder a user works in."""
+def check_replaceable(out: str | os.PathLike, option: str = "--out", marks: tuple[str, ...] = ()) -> None:
+    """--overwrite replaces only what dsprune wrote (an empty folder, one with a dsprune manifest or one of
+    ``marks``: a training run's arguments file before its manifest exists), never the folder a user works in."""
+    out = Path(out)
     if out.is_dir() and Path.cwd().resolve().is_relative_to(out.resolve()):
-        raise DsPruneError(f"--out {out}: refusing to replace the current folder or one above it")
+        raise DsPruneError(f"{option} {out}: refusing to replace the current folder or one above it")
     if not out.is_dir():
-        raise DsPruneError(f"--out {out}: a file, not an output folder; refusing to replace it")
-    if not any(out.iterdir()):
-        return                               # an empty folder holds nothing to lose
+        raise DsPruneError(f"{option} {out}: a file, not an output folder; refusing to replace it")
+    if not any(out.iterdir()) or any((out / m).is_file() for m in marks):
+        return                               # nothing to lose, or dsprune's own unfinished run
     try:
         mark = json.loads((out / MANIFEST).read_text())
     except (OSError, ValueError):
         mark = None
     if not isinstance(mark, dict) or "stage" not in mark:
-        raise DsPruneError(f"--out {out}: no dsprune {MANIFEST} inside, so not a dsprune output; refusing to "
-                           "replace it (remove it yourself or choose another --out)")
+        raise DsPruneError(f"{option} {out}: no dsprune {MANIFEST} inside, so not a dsprune output; refusing to "
+                           f"replace it (remove it yourself or choose another {option})")
 
 
 def check_creatable(out: str | os.PathLike, option: str = "--out") -> None:

@@ -17,10 +17,10 @@ def main(argv: list[str] | None = None) -> int:
     from dsprune.config import parse_args
     from dsprune.distributed import close_process_group, one_rank_env, report_aborts
     from dsprune.errors import DsPruneError
-    from dsprune.formats import check_creatable
+    from dsprune.formats import check_creatable, check_replaceable
     from dsprune.memory import hold_mmap_threshold
     from dsprune.train.engine import remove_orphan_shm_buffers
-    from dsprune.train.loop import train
+    from dsprune.train.loop import ARGS_FILE, train
     from dsprune.train.slim import StageArgs, stage_hooks  # --mode train|slim|distill, --mask
 
     report_aborts()
@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(StageArgs, argv, prog="launchers/train.py")
         check_creatable(args.output_dir, "--output_dir")   # now, not at the first save after set-up
+        if args.overwrite and Path(args.output_dir).exists():
+            check_replaceable(args.output_dir, "--output_dir", marks=(ARGS_FILE,))
         for what, model in (("model", args.model), ("teacher", args.teacher)):
             if model and model != "self":      # a damaged GGUF or another family: refused before any rank starts
                 check_model_files(model, what)

@@ -249,7 +249,7 @@ def test_only_our_shm_buffers_that_no_process_holds_are_removed(monkeypatch):
             p.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("bad", ["output_dir", "model", "teacher"])
+@pytest.mark.parametrize("bad", ["output_dir", "overwrite", "model", "teacher"])
 def test_the_train_launcher_refuses_before_anything_starts(llama, tmp_path, capsys, monkeypatch, bad):
     import runpy
 
@@ -257,14 +257,16 @@ def test_the_train_launcher_refuses_before_anything_starts(llama, tmp_path, caps
     (tmp_path / "f").write_text("a file")
     (tmp_path / "m.gguf").write_bytes(b"GGUF" + os.urandom(100))
     argv = {"output_dir": ["--model", llama, "--output_dir", str(tmp_path / "f" / "run")],
+            "overwrite": ["--model", llama, "--output_dir", str(tmp_path), "--overwrite", "true"],
             "model": ["--model", str(tmp_path / "m.gguf"), "--output_dir", str(tmp_path / "run")],
             "teacher": ["--model", llama, "--teacher", str(tmp_path / "m.gguf"), "--mode", "distill",
                         "--output_dir", str(tmp_path / "run")]}[bad]
     launcher = runpy.run_path(str(REPO / "launchers" / "train.py"))      # its main, not its __main__ exit
     assert launcher["main"](argv) == 2
     err = capsys.readouterr().err
-    named = f"--output_dir {tmp_path / 'f' / 'run'}: cannot be created" if bad == "output_dir" else \
-        f"{tmp_path / 'm.gguf'}: not a usable GGUF file"
+    named = {"output_dir": f"--output_dir {tmp_path / 'f' / 'run'}: cannot be created",
+             "overwrite": f"--output_dir {tmp_path}: no dsprune manifest.json inside"}.get(
+        bad, f"{tmp_path / 'm.gguf'}: not a usable GGUF file")
     assert err.startswith(f"error: {named}") and err.count("\n") == 1, err
     assert files(tmp_path) == {"f", "m.gguf"}
 
