@@ -49,7 +49,7 @@ def test_demo_bad_data_is_one_error(tmp_path, capsys):
     code = main(["demo", "--model", "none", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
     assert code == 2
     err = capsys.readouterr().err
-    assert err.count("error:") == 1 and "missing" in err
+    assert err.count("error:") == 1 and f"BEIR folder not found: {tmp_path / 'missing'}" in err
     assert not (tmp_path / "o").exists()
 
 
