@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from dsprune.distributed import free_port
-from dsprune.tune.trial import on_trial_gpus
+from dsprune.tune.trial import kill_group, on_trial_gpus
 from train_helpers import BIN, env, write_beir, write_groups
 
 pytestmark = pytest.mark.slow
@@ -38,16 +38,8 @@ def _ray_start(args: list[str], e: dict) -> subprocess.Popen:
 
 def _end(proc: subprocess.Popen) -> None:
     """End a node and everything it started (its raylet, workers, agents share its process group)."""
-    for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
-    try:  # agents may outlive a SIGTERMed raylet for a moment
+    kill_group(proc, grace=3)
+    try:  # agents may outlive the node's leader for a moment
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass

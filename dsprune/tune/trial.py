@@ -82,7 +82,7 @@ class Watcher:
                 return proc.returncode
             finally:  # stopped by the scheduler (or an error here): end the stage's whole process tree
                 if proc.poll() is None:
-                    _kill_group(proc)
+                    kill_group(proc)
 
     def replay(self, folder: Path) -> None:
         """A stage another trial already ran: report its eval rows too, so every trial reaches ASHA's
@@ -137,8 +137,9 @@ def _error_line(log: Path) -> str:
     return (errors or lines or ["(no output)"])[-1][:300]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+def kill_group(proc: subprocess.Popen, grace: float = 10) -> None:
+    """End ``proc``'s process group: SIGTERM, then SIGKILL if its leader is still there after ``grace`` s."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
