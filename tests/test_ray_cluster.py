@@ -70,15 +70,16 @@ def sweep(cluster, tmp_path_factory, tiny_dirs):
     groups, beir = write_groups(root / "groups.jsonl", n=16), write_beir(root / "beir")
     doc = {
         "out": str(root / "sweep"), "name": "cluster", "search": "grid", "num_samples": 1,
-        "max_concurrent": 2, "trial_cpus": 1, "trial_gpus": 1,
+        "max_concurrent": 2, "trial_cpus": 1, "trial_gpus": 1, "metric": "param_ratio",
         "space": {"train.learning_rate": {"grid": [0.001, 0.002]}},
         "stages": [
             {"name": "train", "launcher": "train", "num_gpus": 1,
              "args": {"model": str(tiny_dirs["llama"]), "train_data": [str(groups)], "group_size": 4,
                       "per_device_batch_size": 4, "max_steps": 2, "save_steps": 0,
                       "deepspeed": "ds_configs/zero2.json"}},
-            {"name": "eval", "command": "eval", "args": {"model": "${train}/model", "task": [f"tiny={beir}"],
-                                                        "quiet": True}},
+            {"name": "bench", "command": "bench",
+             "args": {"model": "${train}/model", "baseline": str(tiny_dirs["llama"]), "data": str(beir), "docs": 4,
+                      "doc_batch": 4, "doc_len": 8, "queries": 4, "query_batch": 4, "query_len": 8, "repeats": 1}},
         ]}
     cfg = root / "sweep.yaml"
     cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
