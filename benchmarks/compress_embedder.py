@@ -28,7 +28,10 @@ RECIPE = REPO / "recipes" / "compress-embedder.yaml"
 OUT = REPO / "out" / "recipes" / "compress-embedder"
 NAME = "compress_embedder"
 # the same recipe with one stage option changed; its model rows join the main table in RESULTS.md
-VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"}}}
+VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
+                     "rows": {"drop + distill": "drop-last-k + distill", "drop only": "drop-last-k only"}},
+            "1.5x": {"label": "1.5× plan", "set": {"plan.target_speedup": 1.5},
+                     "rows": {"drop + distill": "1.5× plan: drop + distill", "drop only": "1.5× plan: drop only"}}}
 # stages a variant can take from the main run as they are: they read no stage the variant changes
 SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm")
 

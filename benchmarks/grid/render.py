@@ -391,9 +391,8 @@ def variant_rows(v: dict, ref: dict) -> list[dict]:
     if {t: x["score"] for t, x in vref["tasks"].items()} != {t: x["score"] for t, x in ref["tasks"].items()}:
         raise SystemExit(f"compress-embedder variant {v['variant']['name']}: its unpruned scores differ from the "
                          "main run's; rerun it")
-    label = v["variant"]["label"]
-    return [{**r, "label": r["label"].replace("drop", label, 1)} for r in v["report"]["rows"]
-            if r["label"] in ("drop + distill", "drop only")]
+    names = v["variant"]["rows"]
+    return [{**r, "label": names[r["label"]]} for r in v["report"]["rows"] if r["label"] in names]
 
 
 def render_int8(results: Path) -> list[str]:
