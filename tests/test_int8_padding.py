@@ -18,8 +18,8 @@ def test_int8_padding_runs_and_renders(tmp_path, capsys):
     export(enc, tmp_path / "pruned", stage="drop")
     data = write_beir(tmp_path / "beir")
     argv = ["--model", str(tmp_path / "full"), "--pruned", str(tmp_path / "pruned"), "--task", f"tiny={data}",
-            "--data", str(data), "--batch_size", "3", "--padding_batch_sizes", "2", "--pairs", "5", "--docs", "4", "--doc_len", "16",
-            "--queries", "4", "--query_len", "8", "--threads", "1", "--out", str(tmp_path / "out"),
+            "--data", str(data), "--batch_size", "3", "--padding_batch_sizes", "2", "--pairs", "5", "--docs", "4",
+            "--doc_len", "16", "--queries", "4", "--query_len", "8", "--threads", "1", "--out", str(tmp_path / "out"),
             "--results", str(tmp_path / "results"), "--no_render"]
     assert bench.main(argv) == 0
     doc = json.loads((tmp_path / "results" / "int8_padding.json").read_text())

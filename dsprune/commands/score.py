@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,10 +35,11 @@ def compute_scores(enc, texts, args) -> tuple[dict, dict]:
 def scoring_over_forward(enc, texts, args) -> dict:
     """Scoring's time over a plain forward's on the same batches: the median of alternating pairs with its
     min–max, as ``dsprune bench`` times models. The scoring pass before it is the warm-up of both (same
-    weights, kernels and batches), and both run without autograd, so the ratio is what reading and comparing the streams adds."""
+    weights, kernels and batches), and both run without autograd, so the ratio is what reading and comparing
+    the streams adds."""
     import torch
 
-    from ..eval.speed import pair_ratios, time_pairs
+    from ..eval.speed import WIDE_SPREAD, pair_ratios, time_pairs
     from ..importance.layer_cosine import plain_forward_seconds
 
     score = methods.get("cosine", "sublayer")
@@ -50,6 +52,10 @@ def scoring_over_forward(enc, texts, args) -> dict:
             "forward": forward}
     times, _ = time_pairs(runs, args.compare_pairs, warmup=0, desc="timed scoring/forward pairs")
     ratio = pair_ratios(times["scoring"], times["forward"])
+    if ratio["spread"] > WIDE_SPREAD:
+        print(f"warning: scoring over forward {ratio['median']:.2f}x: its pairs spread {ratio['min']:.2f}–"
+              f"{ratio['max']:.2f}x ({ratio['spread']:.0%} of the median): the machine's load changed during the run",
+              file=sys.stderr)
     return {"plain_forward_seconds": round(statistics.median(times["forward"]), 3),
             "scoring_over_forward": round(ratio["median"], 3),
             "scoring_over_forward_min_max": [round(ratio["min"], 3), round(ratio["max"], 3)],
