@@ -158,6 +158,8 @@ def build(args: Args) -> Sweep:
     if args.trial_gpus and short:
         raise DsPruneError(f"trial_gpus {args.trial_gpus:g}: fewer GPUs than the ranks of stage(s) "
                            f"{', '.join(short)}; a stage runs on its trial's GPUs only")
+    if args.cpus and cluster_address(args):
+        raise DsPruneError("cpus sizes a local Ray; a cluster (--address / RAY_ADDRESS) has its own CPUs")
     if args.num_samples < 1 or args.max_concurrent < 1:
         raise DsPruneError("num_samples and max_concurrent must be at least 1")
     if args.scheduler == "asha" and not (1 <= args.asha_grace <= args.asha_max_t and args.asha_reduction >= 2):
@@ -251,15 +253,17 @@ def run(args: Args) -> dict:
     return summarise(rows, sweep, args)
 
 
+def cluster_address(args: Args) -> str | None:
+    return args.address or os.environ.get("RAY_ADDRESS") or None
+
+
 def start_ray(args: Args) -> float:
     """Join the cluster at ``--address`` (or ``RAY_ADDRESS``), else start a local Ray of ``--cpus``; returns the
     CPUs trials may share. A cluster's size is its own: sizing options would contradict it."""
     import ray
 
-    address = args.address or os.environ.get("RAY_ADDRESS")
+    address = cluster_address(args)
     if address:
-        if args.cpus:
-            raise DsPruneError("--cpus sizes a local Ray; a cluster (--address / RAY_ADDRESS) has its own CPUs")
         ray.init(address=address, log_to_driver=True, ignore_reinit_error=True)
         return ray.cluster_resources().get("CPU", 1.0)
     cpus = args.cpus or os.cpu_count() or 1
