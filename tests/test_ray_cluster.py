@@ -135,3 +135,15 @@ def test_cpus_with_a_cluster_is_refused_before_anything_is_written(tmp_path):
     assert r.stderr.strip().splitlines() == ["error: cpus sizes a local Ray; a cluster (--address / RAY_ADDRESS) "
                                              "has its own CPUs"]
     assert not out.exists()
+
+
+def test_trial_gpus_below_a_stages_ranks_is_refused():
+    from dsprune.errors import DsPruneError
+    from dsprune.tune.sweep import Args, build
+
+    stages = [{"name": "train", "launcher": "train", "num_gpus": 2, "args": {"model": "m", "train_data": ["d"]}},
+              {"name": "bench", "command": "bench", "args": {"model": "${train}/model", "baseline": "m"}}]
+    args = Args(stages=stages, metric="params", space={"train.learning_rate": {"grid": [0.001, 0.002]}})
+    build(args)  # a CPU sweep: the stage's 2 ranks on the trial's CPUs
+    with pytest.raises(DsPruneError, match=r"trial_gpus 1: fewer GPUs than the ranks of stage\(s\) train \(2\)"):
+        build(Args(**{**args.__dict__, "trial_gpus": 1}))
