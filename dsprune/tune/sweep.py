@@ -16,6 +16,7 @@ never a spread), and its stages run on the GPUs Ray gave that bundle (``trial.on
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,7 +155,8 @@ def build(args: Args) -> Sweep:
         raise DsPruneError(f"search optuna samples its own points: use choice instead of grid for {', '.join(grid)}")
     if args.search == "grid" and len(grid) != len(params):
         raise DsPruneError("search grid: every parameter needs a grid (or use search random)")
-    short = [f"{s.name} ({s.num_gpus})" for s in stages if s.launcher and s.num_gpus > args.trial_gpus]
+    # a fraction of a GPU is still one device id: trials may share a GPU, a stage's ranks may not
+    short = [f"{s.name} ({s.num_gpus})" for s in stages if s.launcher and s.num_gpus > math.ceil(args.trial_gpus)]
     if args.trial_gpus and short:
         raise DsPruneError(f"trial_gpus {args.trial_gpus:g}: fewer GPUs than the ranks of stage(s) "
                            f"{', '.join(short)}; a stage runs on its trial's GPUs only")
