@@ -147,4 +147,5 @@ def test_trial_gpus_below_a_stages_ranks_is_refused():
     build(args)  # a CPU sweep: the stage's 2 ranks on the trial's CPUs
     with pytest.raises(DsPruneError, match=r"trial_gpus 1: fewer GPUs than the ranks of stage\(s\) train \(2\)"):
         build(Args(**{**args.__dict__, "trial_gpus": 1}))
-    build(Args(**{**args.__dict__, "trial_gpus": 1.5}))  # two ids: a second trial may share the second GPU
+    one_rank = [{**stages[0], "num_gpus": 1}, stages[1]]
+    build(Args(**{**args.__dict__, "stages": one_rank, "trial_gpus": 0.5}))  # two trials share one GPU
