@@ -123,17 +123,15 @@ def test_stage_command_takes_the_trials_gpus():
         on_trial_gpus(cmd, ["0"])
 
 
-def test_cpus_with_a_cluster_is_refused_before_anything_is_written(tmp_path):
+def test_cpus_with_a_cluster_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    from dsprune.errors import DsPruneError
+    from dsprune.tune.sweep import Args, run
+
     out = tmp_path / "sweep"
-    doc = {"out": str(out), "metric": "params", "space": {"bench.docs": {"grid": [4, 8]}},
-           "stages": [{"name": "bench", "command": "bench", "args": {"model": "m", "baseline": "m"}}]}
-    cfg = tmp_path / "sweep.yaml"
-    cfg.write_text(yaml.safe_dump(doc))
-    r = subprocess.run([str(BIN / "dsprune"), "tune", "--config", str(cfg), "--cpus", "2"],
-                       env=dict(env(), RAY_ADDRESS="127.0.0.1:1"), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == ["error: cpus sizes a local Ray; a cluster (--address / RAY_ADDRESS) "
-                                             "has its own CPUs"]
+    stages = [{"name": "bench", "command": "bench", "args": {"model": "m", "baseline": "m"}}]
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    with pytest.raises(DsPruneError, match=r"^cpus sizes a local Ray; a cluster .* has its own CPUs$"):
+        run(Args(out=str(out), stages=stages, metric="params", space={"bench.docs": {"grid": [4, 8]}}, cpus=2))
     assert not out.exists()
 
 
