@@ -89,6 +89,10 @@ def collect(params: dict, out: Path, results: Path, variant: str = "") -> Path:
     doc["plan"] = {k: plan.get(k) for k in ("target_speedup", "seq_len", "attn", "mlp", "slim_ratio",
                                             "flop_ratio", "num_layers")}
     doc["distill"] = distill_summary(out / "distill")
+    bench = out / "bench" / "bench.json"
+    bench = formats.read_json(bench, "bench") if bench.is_file() else {}
+    doc["bench_pairs"] = {k: bench[k]["speedup_pairs"] for k in ("document", "query")
+                          if "speedup_pairs" in bench.get(k, {})}
     return keep_results(doc, out, results, name_of(variant))
 
 

@@ -43,6 +43,8 @@ def _fake_run(tmp_path):
         _results(tmp_path / "evals" / name, labels[name][1], i)
     entries = compare.load_entries([str(tmp_path / "evals" / n) for n in labels], [], [v[0] for v in labels.values()])
     (out / "report" / "report.json").write_text(json.dumps(compare.compare(entries)))
+    (out / "bench" / "bench.json").write_text(json.dumps({"document": {"speedup_pairs": {
+        "median": 1.9, "min": 1.8, "max": 2.1, "ratios": [1.8, 1.9, 2.1]}}}))
     return out
 
 
@@ -60,6 +62,7 @@ def test_collect_and_render(tmp_path):
     assert "drop 2 attention sub-layers [20, 21] and 1 MLPs [23] of 24" in section
     assert "4 steps" in section and "full parameters" in section and "one training seed" in section
     assert doc["distill"]["curve"] == [{"step": 2, "ndcg_at_10": 0.3}]
+    assert "documents median 1.90× of 3 alternating pairs (min–max 1.80–2.10×)" in section
     # a variant's model rows join the table under its label, against the same unpruned row
     vdoc = json.loads(ce.collect({}, out, results, "last").read_text())
     assert vdoc["command"].endswith("--set plan.order=last --out out/recipes/compress-embedder-last")

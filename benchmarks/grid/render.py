@@ -376,6 +376,10 @@ def render_compress(results: Path, md: Path) -> list[str]:
                      if "document" in sp else "")
             out.append(f"- {r['label']}: mean nDCG@10 {r['mean']:.4f} = {r['mean'] / ref['mean']:.3f} of the "
                        f"unpruned {ref['mean']:.4f}{speed}.")
+    if d.get("bench_pairs"):
+        out.append("- Speed-ups of the main run: " + "; ".join(
+            f"{'queries' if k == 'query' else k + 's'} median {x['median']:.2f}× of {len(x['ratios'])} alternating pairs (min–max "
+            f"{x['min']:.2f}–{x['max']:.2f}×)" for k, x in d["bench_pairs"].items()) + ".")
     out += ["", compare.markdown(table), ""]
     if d.get("plot") and (results / d["plot"]).is_file():
         out += [f"![quality vs speed]({os.path.relpath(results / d['plot'], md.parent)})", ""]
