@@ -7,6 +7,7 @@ heavy imports (models, plots, Ray) inside ``run``, so importing them all here co
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from types import ModuleType
 from typing import NamedTuple
@@ -41,16 +42,43 @@ COMMANDS = {
 
 
 def usage() -> str:
-    lines = ["usage: dsprune COMMAND [--config FILE] [options] | dsprune --version", "", "commands:"]
+    lines = ["usage: dsprune [-q|-v] COMMAND [--config FILE] [options] | dsprune --version", "", "commands:"]
     lines += [f"  {name:<8} {c.help}" for name, c in COMMANDS.items()]
-    lines += ["", "dsprune COMMAND --help lists a command's options."]
+    lines += ["", "dsprune COMMAND --help lists a command's options.",
+              "-q/--quiet: warnings and errors only, no progress bars; -v/--verbose: debug lines and the libraries' "
+              "load reports. Either goes before or after COMMAND."]
     return "\n".join(lines)
 
 
+LEVEL_FLAGS = {"-q": "quiet", "--quiet": "quiet", "-v": "verbose", "--verbose": "verbose"}
+
+
+def level_flags(argv: list[str], own: set[str]) -> tuple[int, list[str]]:
+    """The log level ``-q``/``-v`` ask for, and ``argv`` without them. A command whose options have a field of
+    the same name (``eval --quiet``: the result table only) keeps the flag too, given before or after its name."""
+    from . import log
+
+    level, rest = log.DEFAULT, []
+    for a in argv:
+        name = LEVEL_FLAGS.get(a)
+        if name is None:
+            rest.append(a)
+            continue
+        level = log.QUIET if name == "quiet" else log.VERBOSE
+        if name in own:
+            rest.append(f"--{name}")
+    return level, rest
+
+
 def main(argv: list[str] | None = None) -> int:
+    from . import log
     from .config import parse_args
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    lead = 0                                     # global flags before the command name
+    while lead < len(argv) and argv[lead] in LEVEL_FLAGS:
+        lead += 1
+    flags, argv = argv[:lead], argv[lead:]
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0
@@ -64,11 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module = COMMANDS[name].module
+    level, rest = level_flags(flags + rest, {f.name for f in dataclasses.fields(module.Args)})
     positional = getattr(module, "POSITIONAL", None)  # e.g. `dsprune run RECIPE` == `--recipe RECIPE`
     if positional and rest and not rest[0].startswith("-"):
         rest = [f"--{positional}", *rest]
     try:
-        with claims_released():
+        with log.configured(level), claims_released():
             args = parse_args(module.Args, rest, prog=f"dsprune {name}")
             result = module.run(args)
     except DsPruneError as e:

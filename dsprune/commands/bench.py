@@ -17,6 +17,7 @@ from typing import Optional
 
 from .. import formats
 from ..errors import DsPruneError
+from ..log import logger
 from .common import ModelArgs, load_encoder, torch_threads
 
 
@@ -70,6 +71,7 @@ def run(args: Args) -> int:
             quantize = args.quantize if role == "model" else None
             models[role] = load_encoder(args, path, quantize=quantize)
             prints[role] = quantized_fingerprint(fingerprint(p.parent if path.endswith(".gguf") else p), quantize)
+        logger.info(f"timing {len(docs)} documents and {len(queries)} queries, {args.repeats} alternating pairs")
         res = speed.bench(models, docs, queries, args.doc_batch, args.doc_len, args.query_batch, args.query_len,
                           args.repeats, args.warmup, args.compile)
         threads = torch.get_num_threads()

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from ..log import logger
+
 
 DTYPES = ("float32", "bfloat16", "float16")   # what the encoder, training and the exports carry
 
@@ -35,11 +37,13 @@ def load_encoder(args: ModelArgs, path: str | None = None, quantize: str | None 
 
     path = args.model if path is None else path
     check_model(args, path)
+    logger.info(f"loading {path}" + (f" ({quantize})" if quantize else ""))
     enc = Encoder.load(path, dtype=args.dtype, device=args.device,
                        quantize=quantize)
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
         enc.config = dataclasses.replace(enc.config, **overrides)   # checked like a loaded config
+    logger.debug(f"{path}: {enc.family}, {args.dtype} on {args.device}, encoder {enc.config}")
     return enc
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .. import formats
 from ..errors import DsPruneError
+from ..log import logger
 from ..settings import data_dir
 from .common import ModelArgs, load_encoder
 
@@ -41,6 +42,7 @@ def run(args: Args) -> int:
         raise DsPruneError(f"BEIR folder not found: {args.data}")
     t0 = time.time()
     enc = load_encoder(args, max_length=args.max_length or None)
+    logger.info(f"mining {args.split} queries of {folder}")
     groups, stats = mine_groups(enc, folder, args.split, args.n_negatives, args.rank_start, args.rank_end,
                                 args.seed, args.with_scores, args.score_scale, args.batch_size, args.max_queries)
     with formats.output_dir(args.out, args.overwrite) as tmp:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..log import logger
 from ..recipe import parse_params, parse_sets, run_recipe
 
 POSITIONAL = "recipe"
@@ -24,4 +25,7 @@ def run(args: Args) -> int:
                         overrides=parse_sets(args.set))
     w = max(len(n) for n in report)
     print("\n" + "\n".join(f"{n:<{w}}  {r['status']:<7} {r.get('seconds', '')} s" for n, r in report.items()))
+    for n, r in report.items():
+        if r.get("folder"):
+            logger.info(f"{n}: {r['folder']}")
     return 0

@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import formats
 from ..errors import DsPruneError
 from ..importance import methods
+from ..log import logger
 from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
 
 
@@ -72,6 +73,7 @@ def run(args: Args) -> int:
     formats.check_output(args.out, args.overwrite)
     enc = load_encoder(args, pooling=args.pooling, max_length=args.max_length)
     n = num_layers(enc)
+    logger.info(f"scoring {n} layers on {len(texts)} calibration texts")
     scores, figures = compute_scores(enc, texts, args)
     with formats.output_dir(args.out, args.overwrite) as tmp:
         doc = formats.write_scores(tmp, scores, model=args.model, family=enc.family, num_layers=n)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..log import logger
 from ..tune.sweep import TABLE, Args, run as run_sweep
 
 __all__ = ["Args", "run"]
@@ -18,4 +19,5 @@ def run(args: Args) -> int:
     if summary.get("plot"):
         print(f"front: {summary['plot']}")
     print(f"best model: {summary['best_model']}")
+    logger.info(f"wrote {Path(args.out) / TABLE}")
     return 0
