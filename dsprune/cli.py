@@ -58,7 +58,7 @@ def level_flags(argv: list[str], own: set[str]) -> tuple[int, list[str]]:
     the same name (``eval --quiet``: the result table only) keeps the flag too, given before or after its name."""
     from . import log
 
-    level, rest = log.DEFAULT, []
+    level, rest = log.inherited(), []
     for a in argv:
         name = LEVEL_FLAGS.get(a)
         if name is None:

@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from typing import Iterator
 
 logger = logging.getLogger("dsprune")
 
 QUIET, DEFAULT, VERBOSE = logging.WARNING, logging.INFO, logging.DEBUG
+# the level a run hands to the processes it starts (recipe stages, launcher ranks, tuning trials), whose
+# command lines do not carry the flag
+ENV = "DSPRUNE_LOG_LEVEL"
+
+
+def inherited() -> int:
+    """The level the process that started this one ran at, or the default."""
+    value = os.environ.get(ENV, "")
+    return int(value) if value in (str(QUIET), str(DEFAULT), str(VERBOSE)) else DEFAULT
 
 
 class _Format(logging.Formatter):
@@ -37,7 +47,8 @@ def configured(level: int = DEFAULT) -> Iterator[None]:
     that matters); under ``--quiet`` every tqdm bar stays off too, whatever its caller asked for."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Format("%(message)s"))
-    saved = logger.level, logger.propagate
+    saved = logger.level, logger.propagate, os.environ.get(ENV)
+    os.environ[ENV] = str(level)
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False                 # no second copy through a root handler an embedding app set up
@@ -50,10 +61,14 @@ def configured(level: int = DEFAULT) -> Iterator[None]:
         yield
 
 
-def _restore(handler: logging.Handler, saved: tuple[int, bool]) -> None:
+def _restore(handler: logging.Handler, saved: tuple) -> None:
     logger.removeHandler(handler)
     logger.setLevel(saved[0])
     logger.propagate = saved[1]
+    if saved[2] is None:
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = saved[2]
 
 
 @contextlib.contextmanager

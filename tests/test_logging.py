@@ -2,10 +2,12 @@
 libraries' load reports and bars kept out of a normal run, on a tiny model as a user runs the CLI."""
 import json
 import logging
+import os
 
 import pytest
 from transformers.utils import logging as tf_logging
 
+from dsprune import log
 from dsprune.cli import level_flags, main
 
 
@@ -58,3 +60,11 @@ def test_a_command_with_its_own_quiet_keeps_it():
     assert level_flags(["-q", "--model", "m"], {"model"}) == (logging.WARNING, ["--model", "m"])
     assert level_flags(["-v"], set()) == (logging.DEBUG, [])
     assert level_flags([], set()) == (logging.INFO, [])
+
+
+def test_processes_a_run_starts_inherit_its_level(monkeypatch):
+    """Recipe stages and launcher ranks are started as `python -m dsprune.cli STAGE ...` without the flag."""
+    monkeypatch.delenv(log.ENV, raising=False)
+    with log.configured(log.QUIET):
+        assert level_flags(["--model", "m"], {"model"})[0] == logging.WARNING
+    assert log.ENV not in os.environ and level_flags([], set())[0] == logging.INFO
