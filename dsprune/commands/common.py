@@ -33,10 +33,12 @@ class EncoderArgs(ModelArgs):
 def load_encoder(args: ModelArgs, path: str | None = None, quantize: str | None = None, **overrides):
     """``args.model`` (or ``path``) as an Encoder, ``quantize``d for inference if asked; ``overrides`` replace
     encoder settings (None = keep)."""
-    from ..encoder import Encoder
+    from ..encoder import Encoder, check_quantize
 
     path = args.model if path is None else path
     check_model(args, path)
+    if quantize:
+        check_quantize(quantize, args.device, args.dtype)   # a bad option fails before a load is announced
     logger.info(f"loading {path}" + (f" ({quantize})" if quantize else ""))
     enc = Encoder.load(path, dtype=args.dtype, device=args.device,
                        quantize=quantize)
