@@ -13,6 +13,8 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dsprune import log
+    from dsprune.cli import level_flags
     from dsprune.commands import dai
     from dsprune.config import parse_args
     from dsprune.distributed import close_process_group, report_aborts
@@ -26,14 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = [a for a in argv if not a.startswith("--local_rank")]
     # Launcher stages of a recipe name their folder --output_dir (as launchers/train.py does).
     argv = ["--out" if a == "--output_dir" else a for a in argv]
+    level, argv = level_flags(argv, set())     # -q/-v as on every dsprune command
     try:
-        args = parse_args(dai.Args, argv, prog="launchers/dai.py")
-        if not args.deepspeed:
-            raise DsPruneError("launchers/dai.py needs --deepspeed CONFIG (a ZeRO-3 config, e.g. "
-                               "ds_configs/dai_zero3.json); for one process run `dsprune dai`")
-        code = int(dai.run(args) or 0)
-        close_process_group()
-        return code
+        with log.configured(level):
+            args = parse_args(dai.Args, argv, prog="launchers/dai.py")
+            if not args.deepspeed:
+                raise DsPruneError("launchers/dai.py needs --deepspeed CONFIG (a ZeRO-3 config, e.g. "
+                                   "ds_configs/dai_zero3.json); for one process run `dsprune dai`")
+            code = int(dai.run(args) or 0)
+            close_process_group()
+            return code
     except DsPruneError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -68,3 +68,20 @@ def test_processes_a_run_starts_inherit_its_level(monkeypatch):
     with log.configured(log.QUIET):
         assert level_flags(["--model", "m"], {"model"})[0] == logging.WARNING
     assert log.ENV not in os.environ and level_flags([], set())[0] == logging.INFO
+
+
+@pytest.mark.parametrize("launcher", ["train", "dai"])
+def test_launchers_take_the_same_flags(launcher, tmp_path):
+    """A launcher started with -q refuses a bad model in one line, as the CLI does, instead of an argparse
+    usage error for -q."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "launchers" / f"{launcher}.py"
+    extra = (["--train_data", "x", "--output_dir", str(tmp_path / "o")] if launcher == "train"
+             else ["--domain", "x", "--general", "x", "--deepspeed", "ds_configs/dai_zero3.json",
+                   "--output_dir", str(tmp_path / "o")])
+    r = subprocess.run([sys.executable, str(script), "-q", "--model", str(tmp_path / "nope"), *extra],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert r.returncode == 2 and "unrecognized arguments" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("error:") and not (tmp_path / "o").exists()
