@@ -269,7 +269,7 @@ def _execute(cmd: list[str], folder: Path) -> int:
     return subprocess.run(cmd, env=dict(os.environ)).returncode
 
 
-def _run_stage(stage: Stage, args: dict, folder: Path, execute: Execute, fp: str = "") -> None:
+def _run_stage(stage: Stage, args: dict, folder: Path, execute: Execute, fp: str) -> None:
     args = dict(args)
     if stage.command:
         args.setdefault("out", str(folder))
