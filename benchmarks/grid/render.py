@@ -17,6 +17,7 @@ from dsprune.report import compare, front, methods
 from dsprune.report.compare import interval
 
 from .._common import REPO
+from .render_table1 import render_table1
 from .render_throughput import render_throughput
 from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
                    HEADLINE_TASK, MODEL_NOTE, ROWS, SCALED, TABLES, Table)
@@ -245,6 +246,7 @@ def render(results: Path, md: Path) -> str:
                 "control retrained on FinanceBench train); bars: the paired interval of the difference to it.", ""]
     out += render_families(results, md)
     out += render_compress(results, md)
+    out += render_table1(results)
     out += render_int8(results)
     out += render_throughput(results)
     out += ["## Provenance", ""]
