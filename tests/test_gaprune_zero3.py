@@ -1,4 +1,5 @@
-"""`launchers/dai.py` under DeepSpeed ZeRO-3 with 2 CPU ranks gives the single-process statistics."""
+"""`launchers/dai.py` under DeepSpeed ZeRO-3 with 2 CPU ranks gives the single-process statistics, also with
+the authors' batched statistics and per-matrix z-scored scores (reduced across shards)."""
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ def test_zero3_two_ranks_equal_single_process(tmp_path, tiny_dirs):
     cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0  # shard even tiny weights
     (tmp_path / "z3.json").write_text(json.dumps(cfg))
     common = ["--model", str(tiny_dirs["llama"]), "--general", str(gen), "--domain", str(dom), "--attention",
-              "--alignment", "tensor"]
+              "--alignment", "tensor", "--variant", "reference", "--fisher_batch", "2", "--grad_batch", "3"]
     assert main(["dai", *common, "--out", str(tmp_path / "single")]) == 0
     env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu",
                TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO_ROOT / ".cache" / "torch_extensions")))

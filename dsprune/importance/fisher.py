@@ -6,7 +6,11 @@ back-propagated alone, so its gradient g_i is exactly ∂L_i/∂θ. We accumulat
     F = (1/N) Σ g_i²     (Eq. 3: the square of each sample's gradient, never of a batch mean)
     ḡ = (1/N) Σ g_i      (the mean gradient used by the alignment)
 
-in fp32 whatever the model's dtype. Two runners read the gradients:
+The authors' released code differs, and ``accumulate(batch_size=B)`` reproduces it: one backward per batch of
+B triplets with in-batch negatives, F = Σ_b g_b² / N (batch gradients squared, divided by the triplet count)
+and ḡ the mean of the batch gradients (``dsprune dai --fisher_batch/--grad_batch``).
+
+All in fp32 whatever the model's dtype. Two runners read the gradients:
 
 * ``LocalRunner`` — one process, plain autograd (tests, small models).
 * ``ZeroRunner`` — DeepSpeed ZeRO-3 across ranks, so the parameters, the gradient partitions and the four
@@ -160,11 +164,13 @@ class ZeroRunner(LocalRunner):
         self._dist.barrier()
 
 
-def triplet_loss(runner: LocalRunner, t: Triplet, temperature: float) -> torch.Tensor:
-    """InfoNCE of one triplet: its query against (positive, negative), positive first."""
+def triplet_loss(runner: LocalRunner, triplets: list[Triplet], temperature: float) -> torch.Tensor:
+    """InfoNCE of a batch of triplets: each query against every positive and negative of the batch, its own
+    positive the target. One triplet is Eq. 3's per-sample loss (its query against its positive and its
+    negative); more is the reference code's in-batch loss, whose Fisher squares batch gradients."""
     enc = runner.enc
-    q = enc.tokenize([t.query], "query")
-    p = enc.tokenize([t.positive, t.negative], "passage")
+    q = enc.tokenize([t.query for t in triplets], "query")
+    p = enc.tokenize([x for t in triplets for x in (t.positive, t.negative)], "passage")
     dev = runner.device
     qe = runner.forward(q["input_ids"].to(dev), q["attention_mask"].to(dev))
     pe = runner.forward(p["input_ids"].to(dev), p["attention_mask"].to(dev))
@@ -172,31 +178,34 @@ def triplet_loss(runner: LocalRunner, t: Triplet, temperature: float) -> torch.T
 
 
 def accumulate(runner: LocalRunner, triplets: list[Triplet], temperature: float = 0.02,
-               desc: str = "per-sample gradients") -> GradStats:
-    """Per-sample backward over ``triplets``; returns F and ḡ (this rank's shards), fp32."""
+               desc: str = "per-sample gradients", batch_size: int = 1) -> GradStats:
+    """One backward per ``batch_size`` consecutive triplets (the last batch may be smaller); returns this
+    rank's shards of F = Σ_b g_b² / N over the N triplets (Eq. 3 when ``batch_size`` is 1; the reference code
+    divides its squared batch gradients by the triplet count too) and ḡ = the mean of the batch gradients."""
     if not triplets:
         raise DsPruneError(f"{desc}: no triplets")
+    if batch_size < 1:
+        raise DsPruneError(f"{desc}: batch size must be at least 1, not {batch_size}")
     names = list(runner.params)
-    stats = None
-    bar = tqdm(triplets, desc=desc, disable=not runner.is_main)
-    for t in bar:
-        loss = triplet_loss(runner, t, temperature)
+    stats = GradStats({}, {})
+    batches = [triplets[i:i + batch_size] for i in range(0, len(triplets), batch_size)]
+    bar = tqdm(batches, desc=desc, disable=not runner.is_main)
+    for batch in bar:
+        loss = triplet_loss(runner, batch, temperature)
         runner.backward(loss)
         for n in names:
             g = runner.local_grad(n)
-            if stats is None or n not in stats.fisher:
-                if stats is None:
-                    stats = GradStats({}, {})
+            if n not in stats.fisher:
                 stats.fisher[n] = torch.zeros_like(g)
                 stats.grad[n] = torch.zeros_like(g)
             stats.fisher[n].addcmul_(g, g)
             stats.grad[n].add_(g)
         runner.step()
-        stats.n += 1
+        stats.n += len(batch)
         stats.losses.append(float(loss.detach()))
         bar.set_postfix(loss=f"{stats.losses[-1]:.3f}")
     for n in names:
         stats.fisher[n].div_(stats.n)
-        stats.grad[n].div_(stats.n)
-    stats.loss = sum(stats.losses) / stats.n
+        stats.grad[n].div_(len(batches))
+    stats.loss = sum(stats.losses) / len(batches)
     return stats

@@ -14,6 +14,13 @@ import random
 from .. import formats
 from . import dai as D
 
+# The options of ``dsprune dai`` that reproduce the authors' released code rather than the paper's text: Fisher
+# from batches of 4 triplets with in-batch negatives, mean gradients from batches of 2, cosine logits scaled by
+# 20 (τ = 0.05), the element-wise smoothed alignment and its softplus / per-matrix z-score scoring. Not
+# reproduced: it pairs general and domain batches and stops at the shorter set, and works in bf16 / float16.
+REFERENCE = {"fisher_batch": 4, "grad_batch": 2, "temperature": 0.05, "alignment": "reference",
+             "variant": "reference"}
+
 
 def subset(triplets: list, n: int, seed: int) -> list:
     """At most ``n`` triplets (0 = all), drawn seeded and kept in their order."""
@@ -35,6 +42,19 @@ def summary(tensors) -> dict:
     return {"mean": total / n, "min": lo, "max": hi, "negative_fraction": neg / n, "positive_fraction": pos / n}
 
 
+def statistics(runner, triplets: list, args, what: str):
+    """F and ḡ of one dataset: from the same backward passes, or ḡ from a second pass with other batches when
+    ``--grad_batch`` differs from ``--fisher_batch`` (the reference code runs its two estimates apart)."""
+    from .fisher import accumulate
+
+    kind = "per-sample gradients" if args.fisher_batch == 1 else f"gradients of {args.fisher_batch}-triplet batches"
+    stats = accumulate(runner, triplets, args.temperature, f"{what}: {kind}", args.fisher_batch)
+    if args.grad_batch and args.grad_batch != args.fisher_batch:
+        stats.grad = accumulate(runner, triplets, args.temperature,
+                                f"{what}: mean gradient, batches of {args.grad_batch}", args.grad_batch).grad
+    return stats
+
+
 def analyse(args, params: D.DaiParams, config: dict) -> tuple[dict, list[str]] | None:
     """Run the analysis with the options of ``dsprune dai`` (``args``) and write ``args.out``; ``config`` is
     recorded in the manifest. Returns the manifest's figures and the scored weights' names on rank 0, None on
@@ -47,7 +67,7 @@ def analyse(args, params: D.DaiParams, config: dict) -> tuple[dict, list[str]] |
     from ..memory import current_rss_bytes, peak_rss_bytes
     from ..surgery.mask import target_weights
     from ..surgery.prune import count_params
-    from .fisher import LocalRunner, ZeroRunner, accumulate
+    from .fisher import LocalRunner, ZeroRunner
     from .triplets import load_triplets
 
     formats.check_output(args.out, args.overwrite)
@@ -71,11 +91,11 @@ def analyse(args, params: D.DaiParams, config: dict) -> tuple[dict, list[str]] |
               else LocalRunner(enc, weights, args.device))
 
     phases = {"model_ready": (current_rss_bytes(), peak_rss_bytes())}
-    s_gen = accumulate(runner, gen, args.temperature, "general: per-sample gradients")
-    s_dom = accumulate(runner, dom, args.temperature, "domain: per-sample gradients")
+    s_gen, s_dom = (statistics(runner, data, args, what) for data, what in ((gen, "general"), (dom, "domain")))
     phases["accumulated"] = (current_rss_bytes(), peak_rss_bytes())
+    shapes = {n: tuple(getattr(p, "ds_shape", None) or p.shape) for n, p in weights.items()}
     res = D.compute(weights, s_gen.fisher, s_dom.fisher, s_gen.grad, s_dom.grad, runner.local_theta, params,
-                    runner.allreduce)
+                    runner.allreduce, shapes)
     phases["dai_computed"] = (current_rss_bytes(), peak_rss_bytes())
 
     # Gather one statistic at a time (rank 0 holds at most one full statistic) and write it.
