@@ -114,3 +114,55 @@ def test_retrain_holds_unstructured_mask(setup, tmp_path):
         w = trained[n].detach()
         assert (w[~tensors[n]] == 0).all() and (w[tensors[n]] != 0).all()
         assert not torch.equal(w, params[n].detach() * tensors[n])  # and the kept weights did train
+
+
+def _weights(folder) -> dict:
+    from safetensors.torch import load_file
+    out = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        out.update({k.removeprefix("backbone."): v for k, v in load_file(str(f)).items()})
+    return out
+
+
+def test_gates_only_export_is_its_input_bit_for_bit(slim_run, setup):
+    # gates-only slimming trains nothing but z, and the export drops z unfolded: the next stage must start
+    # from exactly the model the slimming started from (its gates only choose the mask)
+    before, after = _weights(setup["model"]), _weights(slim_run / "model")
+    assert sorted(before) == sorted(after)
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert not changed, f"gates-only slimming changed {changed[:3]}"
+
+
+def _first_loss(run_dir, model) -> float:
+    """The loss the run in ``run_dir`` logged at its first step, recomputed in this process for ``model``: the
+    same options, batch (both ranks, cross-rank negatives) and held mask, before any update."""
+    import dataclasses
+
+    from dsprune.losses import info_nce
+    from dsprune.train.data import Collator, Schedule
+    from dsprune.train.loop import load_data, load_student
+    from dsprune.train.slim import StageArgs, stage_hooks
+
+    args = StageArgs(**formats.read_json(run_dir / "train_args.json"))
+    args = dataclasses.replace(args, model=str(model))
+    enc = load_student(args, "cpu", stage_hooks(args), attach_lora=False).eval()
+    groups = load_data(args)
+    world = 2
+    sched = Schedule(len(groups), args.per_device_batch_size, world, args.gradient_accumulation_steps, args.seed)
+    collate = Collator(enc, args.query_max_length, args.passage_max_length)
+    q, p = [], []
+    with torch.no_grad():
+        for rank in range(world):
+            b = collate(sched.examples(groups, args.group_size, 0, 0, rank))
+            q.append(enc(b["query"]["input_ids"], b["query"]["attention_mask"]))
+            p.append(enc(b["passage"]["input_ids"], b["passage"]["attention_mask"]))
+        return float(info_nce(torch.cat(q), torch.cat(p), args.group_size, args.temperature, cross_rank=False))
+
+
+def test_next_stage_starts_from_the_unslimmed_model(retrain_run, setup, slim_run):
+    # the stage after slimming (here: its mask held) logs as first loss the loss of the input model with that
+    # mask on that batch: slimming itself left no trace in the weights the next stage trains
+    out, _ = retrain_run
+    logged = read_log(out)[0]["loss"]
+    assert logged == pytest.approx(_first_loss(out, setup["model"]), rel=1e-5, abs=1e-6)
+    assert logged == pytest.approx(_first_loss(out, slim_run / "model"), rel=1e-5, abs=1e-6)
