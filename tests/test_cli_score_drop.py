@@ -105,3 +105,8 @@ def test_protect_on_the_command_line(tiny_dirs, tmp_path, capsys):
     assert man["structure"]["drop_mlp"] == [1, 3]
     assert main(base + ["--protect", "3", "--out", str(tmp_path / "x")]) == 2
     assert "after protecting the first 3" in _err(capsys) and not (tmp_path / "x").exists()
+    assert main(base + ["--protect", "0,3", "--out", str(tmp_path / "l")]) == 0
+    man = json.loads((tmp_path / "l" / "manifest.json").read_text())
+    assert man["structure"]["drop_mlp"] == [1, 2]
+    assert main(base + ["--protect", "1,9", "--out", str(tmp_path / "x")]) == 2
+    assert "protect: layer 9 is out of range for the 4-layer model" in _err(capsys) and not (tmp_path / "x").exists()

@@ -3,7 +3,7 @@ import pytest
 
 from dsprune import arch
 from dsprune.errors import DsPruneError
-from dsprune.importance.drop_plan import DropRequest, plan_iterative, plan_one_shot
+from dsprune.importance.drop_plan import DropRequest, plan_iterative, plan_one_shot, protect_spec
 from dsprune.importance.layer_cosine import score_layers
 from dsprune.surgery.prune import count_params, drop_sublayers, structure
 from dsprune.tiny import FAMILIES, tiny_encoder
@@ -99,7 +99,23 @@ def test_protect_keeps_the_first_layers_out_of_every_choice():
     (DropRequest(last=3, protect=2), "drop_blocks/drop_last 3 is larger than the 2 blocks the model has after "
                                      "protecting the first 2"),
     (DropRequest(mlp=1, protect=5), "protect 5 is larger than the 4 layers"),
-    (DropRequest(mlp=1, protect=-1), "protect must be >= 0")])
+    (DropRequest(mlp=1, protect=-1), "protect must be >= 0"),
+    (DropRequest(mlp=3, protect="1,2"), "drop_mlp 3 is larger than the 2 MLP sub-layers left after protecting "
+                                        r"layer\(s\) 1, 2"),
+    (DropRequest(mlp=1, protect="2,4"), "protect: layer 4 is out of range for the 4-layer model"),
+    (DropRequest(last=2, protect="3,"), r"drop_last 2 reaches protected layer\(s\) \[3\]"),
+    (DropRequest(mlp=1, protect="a,b"), "protect must be K .* or layers such as 2,3"),
+    (DropRequest(mlp=1, protect="3-1,"), "protect must be K")])
 def test_protect_that_leaves_too_few_is_refused(req, msg):
     with pytest.raises(DsPruneError, match=msg):
         plan_one_shot(SCORES, 4, req)
+
+
+def test_protect_a_list_of_layers():
+    # layers 1 and 2 are the weakest MLPs; protecting exactly them moves the drop to the next ones
+    assert plan_one_shot(SCORES, 4, DropRequest(mlp=2)).mlp == [1, 2]
+    assert plan_one_shot(SCORES, 4, DropRequest(mlp=2, protect="1,2")).mlp == [0, 3]
+    assert plan_one_shot(SCORES, 4, DropRequest(mlp=2, protect=[2])).mlp == [1, 3]
+    plan, _ = plan_iterative(lambda: SCORES, lambda a, m: None, 4, DropRequest(mlp=1, protect="1-2"))
+    assert plan.mlp == [3]
+    assert protect_spec("3") == 3 and protect_spec(" 0-2,5 ") == (0, 1, 2, 5) and protect_spec("5,") == (5,)

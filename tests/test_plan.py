@@ -77,6 +77,12 @@ def test_protect_and_groups_are_honoured():
     s["attn"][0] = s["mlp"][0] = s["attn"][1] = s["mlp"][1] = 0.0   # the cheapest, were they not protected
     plan = plan_speedup(s, shape_of(enc), SpeedRequest(2.0, seq_len=32, protect=2, max_slim=0))
     assert plan.drop.attn + plan.drop.mlp and min(plan.drop.attn + plan.drop.mlp) >= 2
+    listed = plan_speedup(s, shape_of(enc), SpeedRequest(2.0, seq_len=32, protect="0,1", max_slim=0))
+    assert listed.drop.attn == plan.drop.attn and listed.drop.mlp == plan.drop.mlp
+    tail = plan_speedup(s, shape_of(enc), SpeedRequest(1.2, seq_len=32, protect=(LAYERS - 1,), max_slim=0))
+    assert LAYERS - 1 not in tail.drop.attn + tail.drop.mlp
+    with pytest.raises(DsPruneError, match=r"no top block may be dropped \(protecting layer\(s\) 5 of 6\)"):
+        plan_speedup(s, shape_of(enc), SpeedRequest(1.2, seq_len=32, order="last", protect="5,"))
     only_mlp = plan_speedup(s, shape_of(enc), SpeedRequest(1.5, seq_len=32, groups=("mlp",)))
     assert only_mlp.drop.attn == [] and only_mlp.chosen.attn == 0
 
@@ -102,6 +108,8 @@ def test_last_order_takes_the_fewest_top_blocks():
     (SpeedRequest(50.0), r"50.0x is out of reach: the best is \d+\.\d+x"),
     (SpeedRequest(3.0, protect=5, max_slim=0), "out of reach with the first 5 layers protected"),
     (SpeedRequest(2.0, protect=7), "protect 7 is larger than the 6 layers"),
+    (SpeedRequest(2.0, protect="1,6"), "protect: layer 6 is out of range for the 6-layer model"),
+    (SpeedRequest(2.0, protect="x"), "protect must be K"),
     (SpeedRequest(2.0, groups=("block",)), "unknown group"), (SpeedRequest(2.0, max_slim=1.0), "max_slim"),
 ])
 def test_bad_requests(req, msg):

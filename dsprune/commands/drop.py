@@ -7,7 +7,8 @@ from pathlib import Path
 from .. import formats
 from ..errors import DsPruneError
 from ..importance import methods
-from ..importance.drop_plan import DropPlan, DropRequest, layer_scores, plan_iterative, plan_one_shot
+from ..importance.drop_plan import (PROTECT_HELP, DropPlan, DropRequest, layer_scores, plan_iterative,
+                                   plan_one_shot, protect_label, protect_spec, protected)
 from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
 from ..importance.plan import check_keeps
 from .score import compute_scores
@@ -24,7 +25,7 @@ class Args(CalibArgs, EncoderArgs):
     drop_blocks: int = field(default=0, metadata={"help": "number of whole blocks to drop (by block score)"})
     drop_last: int = field(default=0, metadata={"help": "drop the last k blocks (no scores needed)"})
     iterative: bool = field(default=False, metadata={"help": "re-score after each single drop"})
-    protect: int = field(default=0, metadata={"help": "never drop the first K layers"})
+    protect: str = field(default="0", metadata={"help": PROTECT_HELP})
     plan: str | None = field(default=None, metadata={"help": "plan.json (or its folder) from `dsprune plan`: "
                                                               "drop exactly its sub-layers"})
 
@@ -34,7 +35,7 @@ def run(args: Args) -> int:
     from ..surgery.prune import count_params, drop_sublayers, num_layers, structure
 
     req = DropRequest(mlp=args.drop_mlp, attn=args.drop_attn, blocks=args.drop_blocks, last=args.drop_last,
-                      protect=args.protect)
+                      protect=protect_spec(args.protect))
     formats.check_output(args.out, args.overwrite)
     if args.plan:
         return _run_plan(args, req)
@@ -47,7 +48,7 @@ def run(args: Args) -> int:
     before = structure(enc)
     gone_attn, gone_mlp = set(before["drop_attn"]), set(before["drop_mlp"])
     req.validate(n, gone_attn, gone_mlp)
-    if not args.protect and req.mlp + req.blocks + req.last >= n - len(gone_mlp):   # the counts tell, unscored
+    if not protected(req.protect) and req.mlp + req.blocks + req.last >= n - len(gone_mlp):   # the counts tell, unscored
         whole = req.blocks + req.last >= n - len(gone_attn & gone_mlp)
         check_keeps(n, range(n) if whole else gone_attn, range(n), f"drop {req.label()}")
     params_before = count_params(enc.model)
@@ -100,9 +101,10 @@ def _run_plan(args: Args, req: DropRequest) -> int:
     if doc["num_layers"] != n:
         raise DsPruneError(f"{args.plan}: the plan is for a {doc['num_layers']}-layer model, {args.model} has "
                            f"{n} layers")
-    early = sorted(i for i in plan.attn + plan.mlp if i < args.protect)
+    early = sorted(set(plan.attn + plan.mlp) & protected(req.protect, doc["num_layers"]))
     if early:
-        raise DsPruneError(f"{args.plan}: the plan drops layer(s) {early}, inside --protect {args.protect}")
+        raise DsPruneError(f"{args.plan}: the plan drops layer(s) {early}, inside --protect {args.protect} "
+                           f"({protect_label(req.protect)})")
     gone = structure(enc)
     check_keeps(n, set(gone["drop_attn"]) | set(plan.attn), set(gone["drop_mlp"]) | set(plan.mlp),
                 f"{args.plan}: the plan, on {args.model},")

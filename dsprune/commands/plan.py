@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .. import formats
+from ..importance.drop_plan import PROTECT_HELP, protect_spec
 from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
 
 
@@ -22,7 +23,7 @@ class Args(CalibArgs, EncoderArgs):
                                                                 " default: score here"})
     seq_len: int = field(default=256, metadata={"help": "tokens per text the FLOPs are counted at (bench's "
                                                         "document length)"})
-    protect: int = field(default=0, metadata={"help": "never drop the first K layers"})
+    protect: str = field(default="0", metadata={"help": PROTECT_HELP})
     drop_groups: list[str] = field(default_factory=lambda: ["attn", "mlp"], metadata={
         "help": "sub-layer groups that may be dropped: attn, mlp (mlp alone: keep every attention; none: "
                 "slimming only)"})
@@ -39,7 +40,7 @@ def request(args: Args):
     from ..importance.plan import SpeedRequest
 
     groups = tuple(g for g in args.drop_groups if g != "none")
-    req = SpeedRequest(args.target_speedup, args.seq_len, args.protect, groups, args.max_slim, args.slim_step,
+    req = SpeedRequest(args.target_speedup, args.seq_len, protect_spec(args.protect), groups, args.max_slim, args.slim_step,
                        args.slim_weight, args.order)
     req.validate()
     return req

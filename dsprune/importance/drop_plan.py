@@ -1,8 +1,9 @@
 """Which sub-layers to drop, from EffiR importance scores: one-shot, or re-scored after every drop.
 
 Counts are checked against what the model still has before anything is dropped, so an impossible request
-(``--drop-mlp 40`` on 30 layers) fails with the option named. ``protect`` keeps the first K layers out of
-every choice: the early layers build the token representations everything after them reads.
+(``--drop-mlp 40`` on 30 layers) fails with the option named. ``protect`` keeps layers out of every choice:
+the first K (the early layers build the token representations everything after them reads), or any list,
+so that which layers a drop may take can itself be tested.
 """
 from __future__ import annotations
 
@@ -19,19 +20,18 @@ class DropRequest:
     attn: int = 0
     blocks: int = 0
     last: int = 0
-    protect: int = 0   # the first ``protect`` layers are never dropped
+    protect: int | str | list = 0   # never dropped: the first K layers, or these layers (``protect_spec``)
 
     def validate(self, n_layers: int, gone_attn: set[int], gone_mlp: set[int]) -> None:
         for name, k in (("drop_mlp", self.mlp), ("drop_attn", self.attn), ("drop_blocks", self.blocks),
-                        ("drop_last", self.last), ("protect", self.protect)):
+                        ("drop_last", self.last)):
             if k < 0:
                 raise DsPruneError(f"{name} must be >= 0, not {k}")
-        if self.protect > n_layers:
-            raise DsPruneError(f"protect {self.protect} is larger than the {n_layers} layers the model has")
+        guarded = protected(self.protect, n_layers)
         if self.blocks and self.last:
             raise DsPruneError("choose drop_blocks (by importance) or drop_last, not both")
-        free = range(self.protect, n_layers)
-        kept = f" after protecting the first {self.protect}" if self.protect else ""
+        free = [i for i in range(n_layers) if i not in guarded]
+        kept = f" after protecting {protect_label(self.protect)}" if guarded else ""
         blocks_left = sum(1 for i in free if not (i in gone_attn and i in gone_mlp))
         if self.blocks + self.last > blocks_left:
             raise DsPruneError(f"drop_blocks/drop_last {self.blocks + self.last} is larger than the "
@@ -40,6 +40,8 @@ class DropRequest:
             tail = set(range(n_layers - self.last, n_layers))
             if tail & (gone_attn & gone_mlp):
                 raise DsPruneError(f"drop_last {self.last} reaches blocks already dropped")
+            if tail & guarded:
+                raise DsPruneError(f"drop_last {self.last} reaches protected layer(s) {sorted(tail & guarded)}")
         whole = self.blocks + self.last
         attn_left = sum(1 for i in free if i not in gone_attn) - whole
         mlp_left = sum(1 for i in free if i not in gone_mlp) - whole
@@ -58,6 +60,65 @@ class DropRequest:
         return "".join(p for p in parts if p) or "none"
 
 
+PROTECT_HELP = ("never drop these layers: K = the first K; or a list such as 2,3 or 0-3,12 (one layer alone: "
+                "5,)")
+
+
+def protect_spec(value) -> int | tuple[int, ...]:
+    """``--protect`` as given: a number K (the first K layers), or explicit layers — a list, or text such as
+    ``2,3`` or ``0-3,12`` (one layer alone: ``5,``). A bare number means "the first K" because that is what
+    keeping the early layers needs; a comma always means layers."""
+    if isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, int):
+        if value < 0:
+            raise DsPruneError(f"protect must be >= 0, not {value}")
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [str(v) for v in value]
+    else:
+        text = str(value).strip()
+        if "," not in text:
+            try:
+                return protect_spec(int(text))
+            except ValueError:
+                pass
+        items = [t.strip() for t in text.split(",") if t.strip()]
+    layers: set[int] = set()
+    try:
+        for item in items:
+            lo, _, hi = item.partition("-") if not item.startswith("-") else (item, "", "")
+            lo, hi = int(lo), int(hi or lo)
+            if lo < 0 or hi < lo:
+                raise ValueError
+            layers.update(range(lo, hi + 1))
+    except ValueError:
+        raise DsPruneError(f"protect must be K (the first K layers) or layers such as 2,3 or 0-3,12, "
+                           f"not {value!r}") from None
+    return tuple(sorted(layers))
+
+
+def protected(spec, n_layers: int | None = None) -> frozenset[int]:
+    """The layers ``spec`` (``protect_spec``) keeps; with ``n_layers``, refused where it names a layer the
+    model does not have."""
+    spec = protect_spec(spec)
+    layers = frozenset(range(spec) if isinstance(spec, int) else spec)
+    if n_layers is None:
+        return layers
+    if isinstance(spec, int) and spec > n_layers:
+        raise DsPruneError(f"protect {spec} is larger than the {n_layers} layers the model has")
+    outside = sorted(i for i in layers if i >= n_layers)
+    if outside:
+        raise DsPruneError(f"protect: layer {outside[0]} is out of range for the {n_layers}-layer model "
+                           f"(layers 0-{n_layers - 1})")
+    return layers
+
+
+def protect_label(spec) -> str:
+    spec = protect_spec(spec)
+    return f"the first {spec} layers" if isinstance(spec, int) else f"layer(s) {', '.join(map(str, spec))}"
+
+
 @dataclass
 class DropPlan:
     attn: list[int] = field(default_factory=list)
@@ -73,11 +134,12 @@ def layer_scores(doc: dict, where: str, model: str, n_layers: int) -> dict[str, 
     return {g: {int(k): v for k, v in s.items()} for g, s in doc["scores"].items()}
 
 
-def candidates(scores: dict[int, float], exclude: set[int], protect: int = 0) -> list[int]:
+def candidates(scores: dict[int, float], exclude: set[int], protect=0) -> list[int]:
     """The layers of one group that may go, least important first (the order one-shot drops and the
     speed-up planner share)."""
     order = drop_order({str(i): v for i, v in scores.items()})
-    return [i for i in order if i not in exclude and i >= protect]
+    guarded = protected(protect)   # against the model's size: DropRequest.validate
+    return [i for i in order if i not in exclude and i not in guarded]
 
 
 def plan_one_shot(scores: dict[str, dict[int, float]], n_layers: int, req: DropRequest,

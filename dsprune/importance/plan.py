@@ -3,8 +3,8 @@ predicted damage, from EffiR importance scores.
 
 Candidates: every (drop ``a`` attention sub-layers, drop ``m`` MLP sub-layers, slim the kept MLPs by ``r``),
 the sub-layers taken least important first from each group's drop order (``drop_plan.candidates``, so the
-plan is exactly what ``dsprune drop`` would take for those counts), the first ``protect`` layers never
-dropped, ``r`` on a grid from 0 to ``max_slim``. The FLOP ratio of a candidate (the model as given over the
+plan is exactly what ``dsprune drop`` would take for those counts), the ``protect`` layers (the first K, or a
+list) never dropped, ``r`` on a grid from 0 to ``max_slim``. The FLOP ratio of a candidate (the model as given over the
 candidate, per token at ``seq_len``) is counted analytically by ``eval.speed.count_flops``, the function
 ``dsprune bench`` reports — no model is touched. ``r`` is the fraction of the kept MLP neurons that
 ``dsprune mask --ratio`` removes; MLP FLOPs only depend on the total width, so where slimming takes the
@@ -30,7 +30,7 @@ from pathlib import Path
 from ..errors import DsPruneError
 from ..eval.speed import Shape, count_flops
 from ..formats import read_json
-from .drop_plan import DropPlan, DropRequest, candidates, plan_one_shot
+from .drop_plan import DropPlan, DropRequest, candidates, plan_one_shot, protect_label, protect_spec, protected
 
 PLAN = "plan.json"
 GROUPS = ("attn", "mlp")
@@ -41,7 +41,7 @@ ORDERS = ("importance", "last")
 class SpeedRequest:
     target: float
     seq_len: int = 256
-    protect: int = 0
+    protect: int | str | list = 0       # the first K layers, or a list (drop_plan.protect_spec)
     groups: tuple[str, ...] = GROUPS      # sub-layer groups that may be dropped
     max_slim: float = 0.5                 # 0: no slimming
     slim_step: float = 0.05
@@ -55,8 +55,7 @@ class SpeedRequest:
             raise DsPruneError(f"target_speedup must be a number above 1, not {self.target}")
         if self.seq_len < 1:
             raise DsPruneError(f"seq_len must be at least 1, not {self.seq_len}")
-        if self.protect < 0:
-            raise DsPruneError(f"protect must be >= 0, not {self.protect}")
+        protect_spec(self.protect)
         bad = sorted(set(self.groups) - set(GROUPS))
         if bad:
             raise DsPruneError(f"drop_groups: unknown group(s) {', '.join(bad)}; choose from attn, mlp")
@@ -112,8 +111,7 @@ def plan_speedup(scores: dict[str, dict[int, float]], shape: Shape, req: SpeedRe
     """The cheapest (drops, slimming) whose FLOP ratio over ``shape`` reaches ``req.target`` (module doc)."""
     req.validate()
     n = len(shape.widths)
-    if req.protect > n:
-        raise DsPruneError(f"protect {req.protect} is larger than the {n} layers the model has")
+    protected(req.protect, n)
     missing = [g for g in GROUPS if g not in scores]
     if missing:
         raise DsPruneError(f"scores have no {'/'.join(missing)} group: run `dsprune score` again")
@@ -144,8 +142,8 @@ def plan_speedup(scores: dict[str, dict[int, float]], shape: Shape, req: SpeedRe
     reach = [c for c in found if c.flop_ratio >= req.target * (1 - 1e-9)]
     if not reach:
         best = max(found, key=lambda c: c.flop_ratio)
-        protected = f" with the first {req.protect} layers protected" if req.protect else ""
-        raise DsPruneError(f"target speed-up {req.target}x is out of reach{protected}: the best is "
+        kept = f" with {protect_label(req.protect)} protected" if protected(req.protect) else ""
+        raise DsPruneError(f"target speed-up {req.target}x is out of reach{kept}: the best is "
                            f"{best.flop_ratio:.3f}x (drop {best.attn} attention, {best.mlp} MLP, slim "
                            f"{best.slim}; groups {', '.join(req.groups) or 'none'}, max_slim {req.max_slim})")
     chosen = min(reach, key=Candidate.key)
@@ -161,9 +159,12 @@ def _plan_last(scores, shape: Shape, req: SpeedRequest, before: float, gone_attn
                gone_mlp: set[int]) -> SpeedPlan:
     """The fewest top blocks whose removal reaches the target (at least one layer is always kept)."""
     n = len(shape.widths)
+    guarded = protected(req.protect, n)
     found = []
-    for k in range(1, n - req.protect):
+    for k in range(1, n):   # at least one layer is kept
         top = set(range(n - k, n))
+        if top & guarded:
+            break
         widths = tuple(None if i in top else w for i, w in enumerate(shape.widths))
         after = count_flops(dataclasses.replace(shape, drop_attn=tuple(sorted(gone_attn | top)), widths=widths),
                             req.seq_len)["total"]
@@ -174,8 +175,9 @@ def _plan_last(scores, shape: Shape, req: SpeedRequest, before: float, gone_attn
             drop = plan_one_shot(scores, n, DropRequest(last=k, protect=req.protect), gone_attn, gone_mlp)
             return SpeedPlan(req, found[-1], drop, n, {"before": before, "after": after}, found, len(found))
     raise DsPruneError(f"target speed-up {req.target}x is out of reach by dropping the last blocks: the best, "
-                       f"keeping {max(req.protect, 1)} layer(s), is {found[-1].flop_ratio:.3f}x" if found else
-                       f"target speed-up {req.target}x: no top block may be dropped (protect {req.protect} of {n})")
+                       f"keeping {n - len(found)} layer(s), is {found[-1].flop_ratio:.3f}x" if found else
+                       f"target speed-up {req.target}x: no top block may be dropped (protecting "
+                       f"{protect_label(req.protect)} of {n})")
 
 
 def pareto(found: list[Candidate]) -> list[Candidate]:
