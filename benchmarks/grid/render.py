@@ -17,6 +17,8 @@ from dsprune.report import compare, front, methods
 from dsprune.report.compare import interval
 
 from .._common import REPO
+from .render_dai_modes import dai_tag, render_dai_modes
+from .render_overlap import render_overlap
 from .render_table1 import render_table1
 from .render_throughput import render_throughput
 from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
@@ -119,7 +121,7 @@ def render_table(table: Table, docs: dict, tasks: list[str], results: Path, md: 
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     failed = under_trained(docs)
     for r in table.rows:
-        name = labels.get(r, ROWS[r].label) + (" *(ref)*" if r == table.reference else "")
+        name = labels.get(r, ROWS[r].label) + dai_tag(docs.get(r)) + (" *(ref)*" if r == table.reference else "")
         name += " †" if r in failed else ""
         run = f"`--rows {r}`"
         if r not in docs:
@@ -225,7 +227,7 @@ def render(results: Path, md: Path) -> str:
            "training stage resumed from a checkpoint and only its last run is counted). "
            "*run*: `.venv/bin/python benchmarks/reproduce.py --rows ROW`.", "",
            "**Scaled settings** (2 CPU cores; the papers' settings in brackets):", ""]
-    out += [f"- {k}: {v}" for k, v in SCALED.items()] + [""]
+    out += [f"- {k}: {v}" for k, v in SCALED.items()] + learning_rates(docs) + [""]
     for table in TABLES:
         out += render_table(table, docs, tasks, results, md)
     heads = [r for r in docs if HEADLINE_TASK in docs[r]["tasks"]]
@@ -244,6 +246,8 @@ def render(results: Path, md: Path) -> str:
         out += ["## GAPrune methods side by side", "", f"![GAPrune methods]({os.path.relpath(gap_png, md.parent)})",
                 "", "nDCG@10 of each mask per setting; dashed: the setting's unpruned reference (dense, or the "
                 "control retrained on FinanceBench train); bars: the paired interval of the difference to it.", ""]
+    out += render_dai_modes(results, docs)
+    out += render_overlap(results)
     out += render_families(results, md)
     out += render_compress(results, md)
     out += render_table1(results)
@@ -259,6 +263,21 @@ def render(results: Path, md: Path) -> str:
     text = "\n".join(out).rstrip() + "\n"
     formats.write_text(md, text)
     return text
+
+
+def learning_rates(docs: dict) -> list[str]:
+    """The learning rate of the rows' training stages, read from their commands (EffiR trains at 1e-4)."""
+    rates: dict[str, list[str]] = {}
+    for r, d in docs.items():
+        for s in d.get("stages", []):
+            toks = (s.get("command") or "").split()
+            if "--learning_rate" in toks:
+                rates.setdefault(toks[toks.index("--learning_rate") + 1], []).append(r)
+    if not rates:
+        return []
+    return ["- learning rate of every training stage (LoRA), from the rows' commands: " + "; ".join(
+        f"{lr} in {len(set(rows))} rows" for lr, rows in rates.items()) + " (EffiR, Appendix A.2: 1e-4; the "
+        "Table 2 and EffiR rows train with the dense row's options)"]
 
 
 def render_drop_order(results: Path, md: Path) -> list[str]:

@@ -90,10 +90,10 @@ GAP_RETRAIN = {"train_data": ["${shared}/data/financebench"], "group_size": 4, "
 GAP_METHODS = {"dai": "dai", "magnitude": "magnitude", "fisher": "fisher_dom", "random": "random"}
 GAP_LABELS = {"dai": "GAPrune (DAI)", "magnitude": "Magnitude", "fisher": "Domain Fisher", "random": "Random",
               "daibal": "DAI, Fisher balanced"}
-# Beyond the paper: with Eq. 5 as written the Fisher term is orders of magnitude below gamma*sqrt|theta| on
-# SmolLM2 (the dai manifest's mean_abs_fisher_term_over_magnitude_term), so DAI ranks like magnitude. "daibal"
-# recomputes DAI from the same saved statistics with F rescaled until both terms have equal mean size (dsprune
-# dai --fisher_scale), to see what the domain term alone changes.
+# Beyond the paper: with Eq. 5 as written the Fisher term is small beside gamma*sqrt|theta| on SmolLM2 (the dai
+# manifest's mean_abs_fisher_term_over_magnitude_term; benchmarks/dai_modes.py). "daibal" recomputes DAI from the
+# same saved statistics with F rescaled until both terms have equal mean size (dsprune dai --fisher_scale), to
+# see what the domain term alone changes.
 GAP_VARIANTS = {"daibal": ("dai", {"dai_recompute": True, "dai_fisher_scale": "balanced"})}
 
 
@@ -316,10 +316,11 @@ TABLES = [
     Table("gaprune-t1", "GAPrune Table 1: one-shot MLP pruning of the dense retriever", "dense",
           ["dense"] + [f"gap-{m}-{p}" for p in (30, 50) for m in GAP_METHODS] + ["gap-daibal-50"],
           "Unstructured masks over the MLP weights (global budget), written as zeros: no size or speed change. "
-          "FinanceBench is the domain, SciFact the general side; DAI sees FinanceBench *train* questions only. "
-          "*DAI, Fisher balanced* (beyond the paper): Eq. 5 with both Fisher terms rescaled so that the Fisher "
-          "term's mean size equals γ·√|θ|'s; as written, the Fisher term is ~10⁻⁶ of it here and DAI ranks "
-          "like magnitude."),
+          "FinanceBench is the domain, SciFact the general side (an in-domain one here: see *SciFact is an "
+          "in-domain evaluation here*); DAI sees FinanceBench *train* questions only. Each DAI label names its "
+          "alignment, read from the row's commands: *consistency* is this project's reading, not the paper's "
+          "Eq. 4 (*DAI modes against magnitude* compares them). *DAI, Fisher balanced* (beyond the paper): Eq. 5 "
+          "with both Fisher terms rescaled so that the Fisher term's mean size equals γ·√|θ|'s."),
     Table("gaprune-t2", "GAPrune Table 2: 50% masks, then retraining on FinanceBench train", "gap-dense-retrain",
           ["dense", "gap-dense-retrain"] + [f"gap-{m}-50-retrain" for m in ("dai", "magnitude", "fisher")],
           "Reference: the dense retriever given the same retraining without a mask, so every row has the same "
