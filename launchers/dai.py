@@ -5,7 +5,9 @@
 Every rank runs the same triplets (see ``dsprune.importance.fisher``): ZeRO-3 shards the parameters, the
 gradient partitions and the Fisher / mean-gradient accumulators, so memory per rank falls with the
 number of ranks; rank 0 writes the output. Takes the options of ``dsprune dai`` (``--output_dir`` is
-accepted for ``--out``, so a recipe's launcher stage works unchanged).
+accepted for ``--out``, so a recipe's launcher stage works unchanged), the batched statistics of the authors'
+code too (``--fisher_batch 4 --grad_batch 2``: every rank runs the same batch); only ``--alignment reference``,
+which smooths over whole matrices, needs the one-process command.
 """
 from __future__ import annotations
 
