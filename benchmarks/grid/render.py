@@ -18,6 +18,8 @@ from dsprune.report.compare import interval
 
 from .._common import REPO
 from .render_dai_modes import dai_tag, render_dai_modes
+from .render_drop_position import render_drop_position
+from .render_first_loss import effir_start_lines
 from .render_overlap import render_overlap
 from .render_table1 import render_table1
 from .render_throughput import render_throughput
@@ -176,6 +178,7 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
                     lines.append(f"- {lead}{names[0]} − {names[1]} on {t}: {interval(d)} (p = {d['p']:.3f}).")
 
     pair_checks(EFFIR_PAIRS, sizes=False)   # EffiR's claim: slimming beats deeper dropping at equal size
+    lines += effir_start_lines(docs)
     pair_checks(DROP_PAIRS, sizes=True)     # EffiR's claims on what to drop
     for what, _, row_of, _ in GAP_CLAIM_SETS:   # GAPrune's claim: DAI keeps domain quality best
         dai = row_of("dai")
@@ -237,6 +240,7 @@ def render(results: Path, md: Path) -> str:
                                   "dense", rows, "Only with `--headline-scifact`."), docs, [HEADLINE_TASK], results, md)
     out += render_checks(docs, tasks, results)
     out += render_drop_order(results, md)
+    out += render_drop_position(results)
     if plot_front(docs, tasks, results, png):
         out += ["## Quality vs speed", "", f"![quality vs speed]({os.path.relpath(png, md.parent)})", "",
                 "Mean nDCG@10 against the measured document-encoding speed-up; bars: the paired interval of "

@@ -1,0 +1,37 @@
+"""benchmarks/drop_position.py end to end on a tiny model: the pairs drop exactly their MLPs, protection moves the
+drop by importance, and the section says what the paired intervals say."""
+import json
+
+from benchmarks import drop_position
+from benchmarks.grid.render_drop_position import drop_position_section, verdict
+from train_helpers import write_beir
+
+
+def test_drop_position_on_a_tiny_model(tiny_dirs, tmp_path):
+    scores = tmp_path / "scores.json"
+    mlp = {"0": 0.9, "1": 0.01, "2": 0.3, "3": 0.02}   # by importance MLPs 1 and 3 go first
+    scores.write_text(json.dumps({"scores": {"attn": {}, "mlp": mlp, "block": {}}, "order": {}, "num_layers": 4}))
+    beir = write_beir(tmp_path / "beir")
+    results = tmp_path / "results"
+    argv = ["--model", str(tiny_dirs["llama"]), "--scores", str(scores), "--early", "1", "--late", "2",
+            "--drop_mlp", "2", "--protect", "2", "--task", f"tiny={beir}", "--max_length", "32", "--threads", "1",
+            "--out", str(tmp_path / "out"), "--results", str(results), "--no_render"]
+    assert drop_position.main(argv) == 0
+    doc = json.loads((results / "drop_position.json").read_text())
+    assert {k: v["drop_mlp"] for k, v in doc["variants"].items()} == {
+        "MLPs 1": [1], "MLPs 2": [2], "Drop-2M": [1, 3], "Drop-2M, first 2 protected": [2, 3]}
+    assert doc["variants"]["MLPs 1"]["protect"] == "0,2,3"
+    assert [r["label"] for r in doc["report"]["rows"]] == ["no drop", "MLPs 1", "MLPs 2", "Drop-2M",
+                                                           "Drop-2M, first 2 protected"]
+    assert [(c["a"], c["b"]) for c in doc["contrasts"]] == [("MLPs 1", "MLPs 2"),
+                                                             ("Drop-2M, first 2 protected", "Drop-2M")]
+    assert doc["command"].startswith(".venv/bin/python benchmarks/drop_position.py --model")
+    text = "\n".join(drop_position_section(doc))
+    assert "| MLPs 1 | 1 |" in text and all(verdict(c) in text for c in doc["contrasts"])
+
+
+def test_verdict_follows_the_interval():
+    c = {"a": "A", "b": "B"}
+    assert verdict({**c, "low": -0.2, "high": -0.01}) == "A scores lower than B"
+    assert verdict({**c, "low": 0.01, "high": 0.2}) == "A scores higher than B"
+    assert verdict({**c, "low": -0.01, "high": 0.2}) == "A and B are not separable"
