@@ -45,6 +45,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--skip-eval", action="store_true")
     ap.add_argument("--resume", action="store_true", help="continue an interrupted training run")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="stop after writing the training data and train.yaml (for benchmarks/train_throughput.py)")
     a = ap.parse_args()
 
     from dsprune import formats
@@ -95,6 +97,9 @@ def main() -> int:
            "output_dir": str(out / "run"), "scaled_settings": scaled}
     import yaml
     formats.write_text(out / "train.yaml", yaml.safe_dump(cfg, sort_keys=False))
+    if a.prepare_only:
+        print(f"wrote {out / 'train.yaml'}")
+        return 0
     train_cmd = [str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", "29631", "launchers/train.py",
                  "--config", str(out / "train.yaml")]
     if a.resume:

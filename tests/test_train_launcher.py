@@ -44,7 +44,7 @@ def run_z2(setup):
 
 
 Z3_ARGS = ["--deepspeed", "ds_configs/zero3.json", "--deepspeed_overrides", Z3_OVERRIDES,
-           "--max_steps", "16", "--save_steps", "4"]
+           "--max_steps", "16", "--save_steps", "4", "--step_breakdown", "true", "--length_buckets", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +141,31 @@ def test_killed_run_resumes_with_same_losses(run_z3, run_z3_resumed):
         if r["step"] > k:
             assert math.isclose(r["loss"], ref[r["step"]]["loss"], rel_tol=1e-4, abs_tol=1e-5), (r, ref[r["step"]])
             assert math.isclose(r["lr"], ref[r["step"]]["lr"], rel_tol=1e-9)
+
+
+def test_each_rank_logs_its_step_and_gets_its_length_bucket(run_z3, setup):
+    """Every step's row holds each rank's phases and collectives; each rank's tokens are those of the groups
+    length buckets deal it (recomputed here), which are not those of the unbucketed order."""
+    from dsprune.train.data import padded_tokens
+    rows = read_log(run_z3)
+    enc = Encoder.load(setup["model"])
+    groups = load_groups([str(setup["data"])], seed=SEED)
+    coll = Collator(enc)
+    plain, bucketed = (Schedule(len(groups), PER_DEVICE, RANKS, 1, SEED) for _ in range(2))
+    bucketed.bucket_by_length(1, lambda e, i: padded_tokens(bucketed.example(groups, GROUP, e, i), coll.token_counts))
+
+    def tokens(sched, step, rank):
+        b = coll(sched.examples(groups, GROUP, step, 0, rank))
+        return int(b["query"]["attention_mask"].sum() + b["passage"]["attention_mask"].sum())
+    differ = 0
+    for r in rows:
+        assert len(r["breakdown"]) == RANKS
+        for rank, b in enumerate(r["breakdown"]):
+            assert all(b[k] > 0 for k in ("forward", "loss", "backward", "step", "seconds"))
+            assert b["comm_bytes"] > 0 and b["comm"] > 0 and b["comm_ops"]
+            assert b["tokens"] == tokens(bucketed, r["step"] - 1, rank) <= b["padded_tokens"]
+            differ += b["tokens"] != tokens(plain, r["step"] - 1, rank)
+    assert differ
 
 
 def test_a_torn_checkpoint_falls_back_to_the_previous_complete_one(run_z3_resumed):

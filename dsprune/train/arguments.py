@@ -56,6 +56,10 @@ class TrainingArgs:
     deepspeed_overrides: str | None = field(default=None, metadata={
         "help": "JSON merged into the DeepSpeed config, e.g. '{\"zero_optimization\": {...}}'"})
     per_device_batch_size: int = field(default=8, metadata={"help": "queries per rank per micro-batch"})
+    length_buckets: int = field(default=0, metadata={
+        "help": "0 = off; N: sort each run of N global batches by padded token length and deal every step's "
+                "groups to the ranks in turn, so ranks pad alike and wait less for each other (1 keeps each "
+                "step's groups; larger N also saves padding)"})
     gradient_accumulation_steps: int = 1
     learning_rate: float = 1e-4
     weight_decay: float = 0.0
@@ -73,6 +77,10 @@ class TrainingArgs:
     save_steps: int = field(default=100, metadata={"help": "checkpoint every N steps (0 = only at the end)"})
     save_total_limit: int = field(default=2, metadata={"help": "keep this many newest checkpoints"})
     logging_steps: int = 1
+    step_breakdown: bool = field(default=False, metadata={
+        "help": "log each rank's seconds per phase of every step (batch, forward, loss, backward, optimizer "
+                "step), its tokens and the bytes and seconds of DeepSpeed's collectives (log.jsonl "
+                "'breakdown'); each phase waits for the device"})
     eval_task: str | None = field(default=None, metadata={
         "help": "BEIR folder (or name under the shared data) scored periodically with nDCG@10"})
     eval_split: str = "test"
@@ -145,6 +153,7 @@ def validate(args: TrainArgs) -> None:
     need(args.group_size >= 2, f"group_size must be at least 2 (a positive and a negative), not {args.group_size}")
     need(args.per_device_batch_size >= 1, "per_device_batch_size must be at least 1")
     need(args.gradient_accumulation_steps >= 1, "gradient_accumulation_steps must be at least 1")
+    need(args.length_buckets >= 0, f"length_buckets must be >= 0 (0 = off), not {args.length_buckets}")
     need(args.grad_cache_chunk >= 0, f"grad_cache_chunk must be >= 0 (0 = off), not {args.grad_cache_chunk}")
     need(args.learning_rate > 0, f"learning_rate must be positive, not {args.learning_rate}")
     need(args.temperature > 0, f"temperature must be positive, not {args.temperature}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -193,7 +193,8 @@ def sample_example(group: Group, group_size: int, rng: random.Random) -> Example
 
 
 class Schedule:
-    """Which groups every rank sees at every step: a pure function of (seed, step)."""
+    """Which groups every rank sees at every step: a pure function of (seed, step) and, with length buckets,
+    of the groups' lengths."""
 
     def __init__(self, n_groups: int, per_device: int, world: int, accum: int, seed: int):
         self.n, self.per_device, self.world, self.accum, self.seed = n_groups, per_device, world, accum, seed
@@ -202,21 +203,68 @@ class Schedule:
             raise DsPruneError(f"{n_groups} training groups are fewer than one global batch "
                                f"({per_device} per device x {world} ranks x {accum} accumulation steps)")
         self.steps_per_epoch = n_groups // self.global_batch  # the ragged tail of an epoch is dropped
+        self.window, self.length = 0, None
+        self._order: tuple[int, list[int]] | None = None
+
+    def bucket_by_length(self, window: int, length: Callable[[int, int], int]) -> None:
+        """Sort each run of ``window`` global batches of an epoch by ``length(epoch, group)`` and cut it into
+        global batches again, taken in a shuffled order; within a step the ranks are dealt the sorted groups
+        in turn. Why: every rank pads to its longest text and the step waits for the slowest rank, so ranks
+        that get similar lengths stay in step (``window`` 1 keeps each step's groups and only deals them
+        evenly; a larger window also puts similar lengths into one step, which saves padding)."""
+        self.window, self.length, self._order = window, length, None
 
     def epoch_of(self, step: int) -> int:
         return step // self.steps_per_epoch
 
+    def order(self, epoch: int) -> list[int]:
+        """The groups of ``epoch`` in the order the steps take them (its last, ragged part is never taken)."""
+        if self._order is None or self._order[0] != epoch:
+            perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
+            self._order = (epoch, self._bucketed(perm, epoch) if self.window else perm)
+        return self._order[1]
+
+    def _bucketed(self, perm: list[int], epoch: int) -> list[int]:
+        gb, used = self.global_batch, self.steps_per_epoch * self.global_batch
+        out: list[int] = []
+        for start in range(0, used, self.window * gb):
+            # a stable sort: equal lengths keep the epoch's random order
+            run = sorted(perm[start:min(start + self.window * gb, used)], key=lambda i: self.length(epoch, i))
+            batches = [run[b:b + gb] for b in range(0, len(run), gb)]
+            random.Random(f"{self.seed}:{epoch}:{start}").shuffle(batches)
+            for batch in batches:
+                out += self._dealt(batch)
+        return out + perm[used:]
+
+    def _dealt(self, batch: list[int]) -> list[int]:
+        """A global batch sorted by length, laid out so that each micro-batch takes a run of similar lengths and
+        deals it to the ranks in turn (rank r of a micro-batch gets its r-th, (r + world)-th, ... group)."""
+        span, out = self.world * self.per_device, []
+        for m in range(self.accum):
+            run = batch[m * span:(m + 1) * span]
+            for r in range(self.world):
+                out += run[r::self.world]
+        return out
+
     def indices(self, step: int, micro: int, rank: int) -> list[int]:
         """Group indices for optimizer step ``step`` (0-based), micro-batch ``micro``, rank ``rank``."""
         epoch, k = divmod(step, self.steps_per_epoch)
-        perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
         start = k * self.global_batch + (micro * self.world + rank) * self.per_device
-        return perm[start:start + self.per_device]
+        return self.order(epoch)[start:start + self.per_device]
 
     def examples(self, groups: Sequence[Group], group_size: int, step: int, micro: int, rank: int) -> list[Example]:
         epoch = self.epoch_of(step)
-        return [sample_example(groups[i], group_size, random.Random(f"{self.seed}:{epoch}:{i}"))
-                for i in self.indices(step, micro, rank)]
+        return [self.example(groups, group_size, epoch, i) for i in self.indices(step, micro, rank)]
+
+    def example(self, groups: Sequence[Group], group_size: int, epoch: int, i: int) -> Example:
+        """Group ``i`` as sampled in ``epoch`` (its positive and negatives)."""
+        return sample_example(groups[i], group_size, random.Random(f"{self.seed}:{epoch}:{i}"))
+
+
+def padded_tokens(example: Example, tokens: Callable[[list[str], str], list[int]]) -> int:
+    """The tokens an example costs once padded inside its group: its query, and every passage as long as the
+    group's longest (``tokens(texts, kind)`` counts each text's tokens as the collator cuts them)."""
+    return tokens([example.query], "query")[0] + len(example.passages) * max(tokens(example.passages, "passage"))
 
 
 class Collator:
@@ -226,6 +274,16 @@ class Collator:
         self.encoder = encoder
         self.query_max_length = query_max_length
         self.passage_max_length = passage_max_length
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def token_counts(self, texts: Sequence[str], kind: str) -> list[int]:
+        """Each text's tokens as this collator cuts it; remembered, since length buckets ask every epoch."""
+        todo = [t for t in dict.fromkeys(texts) if (kind, t) not in self._counts]
+        if todo:
+            cut = self.query_max_length if kind == "query" else self.passage_max_length
+            for t, ids in zip(todo, self.encoder.token_ids(todo, kind, max_length=cut)):
+                self._counts[(kind, t)] = len(ids)
+        return [self._counts[(kind, t)] for t in texts]
 
     def __call__(self, examples: Sequence[Example]) -> dict:
         queries = [e.query for e in examples]

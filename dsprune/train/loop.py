@@ -36,11 +36,12 @@ from ..encoder import Encoder, EncoderConfig
 from ..errors import DsPruneError
 from ..losses import info_nce, kl_distill
 from ..memory import peak_rss_bytes
+from . import breakdown
 from . import engine as ds
 from . import gradcache
 from . import lora as lora_mod
 from .arguments import TrainArgs, as_mapping, resolve_path, validate
-from .data import Collator, Schedule, load_groups
+from .data import Collator, Schedule, load_groups, padded_tokens
 from .runlog import RunLog
 
 CKPT = "checkpoints"
@@ -48,7 +49,7 @@ ARGS_FILE = "train_args.json"
 # options that may change between a run and its resumption (they do not change what is computed)
 RESUMABLE = {"resume", "overwrite", "save_steps", "save_total_limit", "logging_steps", "eval_task", "eval_steps",
              "eval_split", "eval_max_queries", "eval_max_docs", "eval_batch_size", "export", "scaled_settings",
-             "output_dir", "grad_cache_chunk"}
+             "output_dir", "grad_cache_chunk", "step_breakdown"}
 
 
 @dataclass
@@ -213,6 +214,10 @@ def build_engine(run: Run) -> Models:
     engine, ds_cfg = ds.wrap(enc, args, groups, run.world, enc.embedding_dim, run.max_steps)
     model: Encoder = engine.module
     collator = Collator(model, args.query_max_length, args.passage_max_length)
+    if args.length_buckets:
+        def length(epoch: int, i: int) -> int:
+            return padded_tokens(run.schedule.example(run.groups, args.group_size, epoch, i), collator.token_counts)
+        run.schedule.bucket_by_length(args.length_buckets, length)
     setup_peak = peak_rss_bytes()
     start = ds.load_checkpoint(engine, run.ckdir, run.world, args) if args.resume else 0
     return Models(engine, model, teacher, collator, ds_cfg, params_total, params_trainable, start, setup_peak)
@@ -265,10 +270,12 @@ def contrastive_batch(run: Run, m: Models, step: int, micro: int) -> MicroBatch:
                       int(qb["attention_mask"].sum() + pb["attention_mask"].sum()))
 
 
-def micro_step(run: Run, m: Models, step: int, micro: int) -> tuple[dict, int]:
-    """Forward and backward of one micro-batch: the loss's parts (``total`` the loss) and its tokens."""
+def micro_step(run: Run, m: Models, step: int, micro: int, clock: breakdown.Clock) -> tuple[dict, int, int]:
+    """Forward and backward of one micro-batch: the loss's parts (``total`` the loss), its tokens and its
+    padded tokens (what the model computes on). ``clock`` times the phases."""
     args, engine, device, hooks = run.args, m.engine, run.device, run.hooks
-    mb = (hooks.micro_batch or contrastive_batch)(run, m, step, micro)
+    with clock.phase("batch"):
+        mb = (hooks.micro_batch or contrastive_batch)(run, m, step, micro)
     # dropout (if any) depends only on (seed, step, micro, rank): resumed runs repeat it
     seed = args.seed * 1_000_003 + step * 1009 + micro * 31 + run.rank
     logs: dict = {}
@@ -281,35 +288,48 @@ def micro_step(run: Run, m: Models, step: int, micro: int) -> tuple[dict, int]:
         return out
 
     if args.grad_cache_chunk:
-        loss, parts = gradcache.step(engine, mb.inputs, mb.loss, args.grad_cache_chunk, device, seed,
-                                     extra if hooks.extra_loss else None)
+        with clock.phase("forward_backward"):
+            loss, parts = gradcache.step(engine, mb.inputs, mb.loss, args.grad_cache_chunk, device, seed,
+                                         extra if hooks.extra_loss else None)
     else:
         torch.manual_seed(seed)
-        embs = [None if x is None else engine(x["input_ids"].to(device), x["attention_mask"].to(device))
-                for x in mb.inputs]
-        loss, parts = mb.loss(embs)
-        if hooks.extra_loss:
-            loss = loss + extra()
-        engine.backward(loss)
-    engine.step()
+        with clock.phase("forward"):
+            embs = [None if x is None else engine(x["input_ids"].to(device), x["attention_mask"].to(device))
+                    for x in mb.inputs]
+        with clock.phase("loss"):
+            loss, parts = mb.loss(embs)
+            if hooks.extra_loss:
+                loss = loss + extra()
+        with clock.phase("backward"):
+            engine.backward(loss)
+    with clock.phase("step"):
+        engine.step()
     parts.update(logs)
     parts["total"] = loss
-    return parts, mb.tokens
+    return parts, mb.tokens, sum(int(x["input_ids"].numel()) for x in mb.inputs if x is not None)
 
 
 def train_step(run: Run, m: Models, step: int) -> tuple[dict, float]:
     """One optimizer step (0-based ``step``) over its micro-batches. Returns the log row, its figures
-    averaged over ranks (losses differ per rank without cross-rank negatives), and the step's tokens."""
+    averaged over ranks (losses differ per rank without cross-rank negatives), and the step's tokens. With
+    ``--step_breakdown`` the row also holds each rank's phases, tokens and collectives (``breakdown``)."""
     args, engine = run.args, m.engine
+    clock = breakdown.Clock(args.step_breakdown)
     t0 = time.time()
     lrs = [(g.get("name"), g["lr"]) for g in engine.optimizer.param_groups]  # the lr this step uses
     sums: dict[str, float] = {}
-    tokens = 0
+    tokens = padded = 0
     for micro in range(args.gradient_accumulation_steps):
-        parts, n = micro_step(run, m, step, micro)
+        parts, n, n_padded = micro_step(run, m, step, micro, clock)
         for k, v in parts.items():
             sums[k] = sums.get(k, 0.0) + float(v.detach()) / args.gradient_accumulation_steps
         tokens += n
+        padded += n_padded
+    ranks = None
+    if clock.on:   # this rank's own time, before the all-reduce below waits for the others
+        mine = {"seconds": round(time.time() - t0, 4), "tokens": tokens, "padded_tokens": padded, **clock.read()}
+        ranks = [None] * run.world
+        dist.all_gather_object(ranks, mine)
     keys = sorted(sums)
     vec = torch.tensor([sums[k] for k in keys] + [float(tokens)], dtype=torch.float64)
     dist.all_reduce(vec)
@@ -322,6 +342,8 @@ def train_step(run: Run, m: Models, step: int) -> tuple[dict, float]:
            "grad_norm": float(gn) if gn is not None else None,
            "queries_per_s": run.schedule.global_batch / dt, "tokens_per_s": tokens_all / dt,
            "epoch": run.schedule.epoch_of(step)}
+    if ranks:
+        row["breakdown"] = ranks
     for name, lr in lrs[1:]:
         if name:
             row[f"lr_{name}"] = lr
@@ -360,6 +382,8 @@ def fit(run: Run, m: Models, log: RunLog) -> dict:
     from tqdm.auto import tqdm
     bar = tqdm(total=run.max_steps, initial=m.start, desc=hooks.stage, disable=run.rank != 0, dynamic_ncols=True)
     m.engine.train()
+    if args.step_breakdown:
+        breakdown.start()
     t_loop, steps_done, tokens_done = time.time(), 0, 0.0
     for step in range(m.start, run.max_steps):
         row, tokens = train_step(run, m, step)
@@ -387,6 +411,9 @@ def train(args: TrainArgs, hooks: Hooks | None = None, malloc_mmap_threshold: in
     the manifest records."""
     hooks = hooks or Hooks()
     check_before_start(args)
+    if args.length_buckets and hooks.micro_batch:
+        raise DsPruneError(f"length_buckets: --mode {hooks.stage} brings its own items; buckets sort "
+                           "training groups")
     groups = load_data(args, hooks)
     t_start = time.time()
     run = set_up(args, hooks, groups)

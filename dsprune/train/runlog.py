@@ -1,4 +1,5 @@
-"""A run's record of its steps: ``log.jsonl`` (one row per optimizer step) and TensorBoard scalars.
+"""A run's record of its steps: ``log.jsonl`` (one row per optimizer step) and TensorBoard scalars (with
+``--step_breakdown``, each rank's phases as ``breakdown/rank<r>/<phase>``).
 
 Only rank 0 writes; the other ranks hold a ``RunLog`` that writes nothing, so the phases need not ask.
 A resumed run keeps the rows and scalars up to the checkpoint it resumes from and drops the later ones,
@@ -44,10 +45,14 @@ class RunLog:
             f.write(json.dumps(row) + "\n")
         if scalars:
             for k, v in row.items():
-                if v is None or k in ("step", "epoch") or k.startswith("eval_"):  # eval: written by add_eval
+                if v is None or k in ("step", "epoch", "breakdown") or k.startswith("eval_"):  # eval: add_eval's
                     continue
                 tag = "loss/" + k[5:] if k.startswith("loss_") else "loss/total" if k == "loss" else "train/" + k
                 self.writer.add_scalar(tag, v, row["step"])
+            for rank, phases in enumerate(row.get("breakdown") or []):
+                for k, v in phases.items():
+                    if isinstance(v, (int, float)):
+                        self.writer.add_scalar(f"breakdown/rank{rank}/{k}", v, row["step"])
             self.writer.flush()
 
     def close(self) -> None:
