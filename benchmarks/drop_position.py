@@ -90,7 +90,7 @@ def measure(a, out: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks._common import rerender
+    from benchmarks._common import keep_results, rerender
     from benchmarks.grid import render
     from benchmarks.grid.inputs import DEFAULT_DENSE
     from benchmarks.grid.render_drop_position import drop_position_section
@@ -126,12 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                                   *(argv if argv is not None else sys.argv[1:])]),
            "code_version": formats.code_version(), "model": a.model, "scores": a.scores, "reference": REFERENCE,
            "tasks": a.task, "max_length": a.max_length, **measure(a, out)}
-    results = Path(a.results)
-    results.mkdir(parents=True, exist_ok=True)
-    dest = results / f"{NAME}.json"
-    formats.write_json(dest, doc)
     print("\n".join(drop_position_section(doc)))
-    print(f"wrote {dest}")
+    keep_results(doc, out, Path(a.results), NAME)
     if not a.no_render:
         rerender()
     return 0
