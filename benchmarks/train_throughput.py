@@ -32,6 +32,10 @@ from benchmarks._common import BIN, REPO, launch_env, sh  # noqa: E402
 SETUPS = {"zero2_2ranks": (2, 1, 0), "one_process_2threads": (1, 2, 0), "one_process_1thread": (1, 1, 0),
           "zero2_2ranks_bucketed": (2, 1, 1)}
 CONTROL = "one_process_1thread"
+# the ratios reported: each set-up against the control, 2 ranks against 1 process with both threads, and
+# bucketing's own effect
+PAIRS = [("zero2_2ranks", CONTROL), ("one_process_2threads", CONTROL), ("zero2_2ranks_bucketed", CONTROL),
+         ("zero2_2ranks", "one_process_2threads"), ("zero2_2ranks_bucketed", "zero2_2ranks")]
 PHASES = ("batch", "forward", "loss", "backward", "step")
 # bytes a rank sends per byte of a collective's message (ring algorithms; the logger records the message each
 # rank passes: the whole tensor for all-reduce, the rank's own part for all-gather)
@@ -124,11 +128,10 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
                      "wait_gap_seconds": round(med([r["wait_gap_seconds"] for r in rs]), 3),
                      "per_rank": per_rank, "peak_rss_gb_per_rank": rs[-1]["peak_rss_gb_per_rank"]}
     ratios = {}
-    for name in runs:
-        for ref in (CONTROL, "one_process_2threads"):
-            if name != ref and ref in runs:
-                p = pair_ratios([r["sequences_per_s"] for r in runs[name]], [r["sequences_per_s"] for r in runs[ref]])
-                ratios[f"{name} / {ref}"] = {k: round(p[k], 3) for k in ("median", "min", "max")}
+    for name, ref in PAIRS:
+        if name in runs and ref in runs:
+            p = pair_ratios([r["sequences_per_s"] for r in runs[name]], [r["sequences_per_s"] for r in runs[ref]])
+            ratios[f"{name} / {ref}"] = {k: round(p[k], 3) for k in ("median", "min", "max")}
     return {"setups": out, "sequences_per_s_ratios": ratios}
 
 
@@ -211,10 +214,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(REPO / "out" / "train_dense" / "train.yaml"),
                     help="a launchers/train.py config (default: the dense baseline's)")
-    ap.add_argument("--steps", type=int, default=3, help="optimizer steps per launch, warm-up included")
+    ap.add_argument("--steps", type=int, default=2, help="optimizer steps per launch, warm-up included")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3, help="launches per set-up, interleaved")
-    ap.add_argument("--per-device-batch", type=int, default=0, help="override the config's (0 = keep it)")
+    ap.add_argument("--per-device-batch", type=int, default=2,
+                    help="queries per rank per step, instead of the config's (0 = keep it): small, so that 12 "
+                         "launches fit in ~15 min on 2 cores")
     ap.add_argument("--setups", nargs="+", default=list(SETUPS), choices=list(SETUPS))
     ap.add_argument("--out", default=str(REPO / "out" / "train_throughput"))
     ap.add_argument("--reuse", action="store_true", help="summarise the launches an earlier run left in --out "
