@@ -155,17 +155,19 @@ def projection(summary: dict, comm: dict) -> dict:
     bytes per trainable parameter)."""
     two = summary["setups"]["zero2_2ranks"]["per_rank"]
     tokens = max(r["padded_tokens"] for r in two)
-    # forward, the forward again under gradient checkpointing, and the activation gradients (the frozen
-    # weights need none; LoRA's own are small): about 3 x 2 N FLOPs per token
-    flops = 6 * comm["params_total"] * tokens
-    compute_s = flops / (GPU["bf16_flops"] * GPU["utilisation"])
     full = comm["wire_bytes_per_trainable_param"] * comm["params_total"]
     cases = {}
-    for what, nbytes in (("lora", comm["wire_bytes_per_rank_per_step"]), ("full_parameters", full)):
-        cases[what] = {"wire_bytes_per_rank": round(nbytes), "nvlink_seconds": sig(nbytes / GPU["nvlink_bytes_per_s"]),
+    # FLOPs per parameter and token: forward (2), the forward again under gradient checkpointing (2) and the
+    # activation gradients (2); full-parameter training also computes every weight's gradient (2)
+    for what, nbytes, per in (("lora", comm["wire_bytes_per_rank_per_step"], 6), ("full_parameters", full, 8)):
+        flops = per * comm["params_total"] * tokens
+        compute_s = flops / (GPU["bf16_flops"] * GPU["utilisation"])
+        cases[what] = {"flops_per_param_token": per, "flops_per_rank_per_step": flops, "gpu_compute_seconds":
+                       sig(compute_s), "wire_bytes_per_rank": round(nbytes),
+                       "nvlink_seconds": sig(nbytes / GPU["nvlink_bytes_per_s"]),
                        "net_100gbps_seconds": sig(nbytes / GPU["net_bytes_per_s"])}
     return {"label": "projection, not a measurement", "assumptions": GPU, "padded_tokens_per_rank": tokens,
-            "flops_per_rank_per_step": flops, "gpu_compute_seconds": sig(compute_s), "cases": cases}
+            "cases": cases}
 
 
 def findings(s: dict, comm: dict, proj: dict) -> dict:
@@ -189,8 +191,8 @@ def findings(s: dict, comm: dict, proj: dict) -> dict:
                             "ratio": s["sequences_per_s_ratios"].get("zero2_2ranks_bucketed / " + CONTROL, {})}
     for what, c in proj["cases"].items():
         out[f"projected_{what}_comm_over_compute"] = {
-            "nvlink": sig(c["nvlink_seconds"] / proj["gpu_compute_seconds"]),
-            "net_100gbps": sig(c["net_100gbps_seconds"] / proj["gpu_compute_seconds"])}
+            "nvlink": sig(c["nvlink_seconds"] / c["gpu_compute_seconds"]),
+            "net_100gbps": sig(c["net_100gbps_seconds"] / c["gpu_compute_seconds"])}
     return out
 
 
@@ -244,10 +246,10 @@ def main() -> int:
     out = Path(a.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict]] = {n: [] for n in a.setups}
-    commands = {}
+    commands, command = {}, " ".join([sys.executable, *sys.argv])
     if a.reuse:
         done = formats.read_json(out / "launches.json", "earlier launches")
-        runs, commands = done["runs"], done["commands"]
+        runs, commands, command = done["runs"], done["commands"], done["command"]
     for rep in range(0 if a.reuse else a.repeats):
         for name in (a.setups if rep % 2 == 0 else a.setups[::-1]):   # alternating order
             ranks, threads, buckets = SETUPS[name]
@@ -262,19 +264,21 @@ def main() -> int:
             sh(cmd, out / "logs" / f"{name}-{rep}.log", launch_env(OMP_NUM_THREADS=str(threads)))
             runs[name].append(launch_figures(run, a.warmup, group_size))
             # what is done so far, should the run be cut short
-            formats.write_json(out / "launches.json", {"runs": runs, "commands": commands})
+            formats.write_json(out / "launches.json", {"runs": runs, "commands": commands, "command": command})
 
     s = summarise(runs)
     comm = communication(runs)
     proj = projection(s, comm)
-    doc = {"config": str(config), "per_device_batch": a.per_device_batch or cfg.get("per_device_batch_size"),
+    doc = {"config": str(config), "model": Path(str(cfg.get("model"))).name, "lora_r": cfg.get("lora_r"),
+           "per_device_batch": a.per_device_batch or cfg.get("per_device_batch_size"),
            "group_size": group_size, "passage_max_length": cfg.get("passage_max_length"),
            "query_max_length": cfg.get("query_max_length"), "lora": cfg.get("lora"),
            "gradient_checkpointing": cfg.get("gradient_checkpointing"), "deepspeed": cfg.get("deepspeed"),
            "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats, "order": "alternating",
            **s, "communication": comm, "projection": proj, "findings": findings(s, comm, proj),
-           "code_version": formats.code_version(), "commands": commands,
-           "command": " ".join([sys.executable, *sys.argv])}
+           "code_version": formats.code_version(), "commands": commands, "command": command}
+    if a.reuse:
+        doc["summarised_by"] = " ".join([sys.executable, *sys.argv])
     formats.write_json(Path(a.results), doc)
     print()
     print(table(s))
