@@ -91,7 +91,8 @@ def launch_figures(run: Path, warmup: int, group_size: int) -> dict:
             "step_seconds": seconds / len(timed), "sequences_per_s": batch * (1 + group_size) * len(timed) / seconds,
             "padded_tokens_per_s": sum(sum(b["padded_tokens"] for b in r["breakdown"]) for r in timed) / seconds,
             "ranks": ranks, "padded_gap": sum(pad_gap) / len(pad_gap), "wait_gap_seconds": sum(comm_gap) / len(comm_gap),
-            "params": man["params"], "peak_rss_gb_per_rank": man["figures"].get("peak_rss_gb_per_rank")}
+            "params": man["params"], "peak_rss_gb_per_rank": man["figures"].get("peak_rss_gb_per_rank"),
+            "malloc_mmap_threshold": man["figures"].get("malloc_mmap_threshold")}
 
 
 def compute_seconds(r: dict) -> float:
@@ -126,7 +127,8 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
                      "step_seconds": spread([r["step_seconds"] for r in rs], 2),
                      "padded_gap_tokens": round(med([r["padded_gap"] for r in rs])),
                      "wait_gap_seconds": round(med([r["wait_gap_seconds"] for r in rs]), 3),
-                     "per_rank": per_rank, "peak_rss_gb_per_rank": rs[-1]["peak_rss_gb_per_rank"]}
+                     "per_rank": per_rank, "peak_rss_gb_per_rank": rs[-1]["peak_rss_gb_per_rank"],
+                     "malloc_mmap_threshold": rs[-1].get("malloc_mmap_threshold")}
     ratios = {}
     for name, ref in PAIRS:
         if name in runs and ref in runs:

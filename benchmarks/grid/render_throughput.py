@@ -131,4 +131,10 @@ def render_throughput(results: Path) -> list[str]:
     if b:
         out += [b, ""]
     out += [projection(d), ""]
+    peaks = "; ".join(f"{LABELS.get(k, k)} {'/'.join(f'{g:.1f}' for g in s['peak_rss_gb_per_rank'] or [])} GB"
+                      for k, s in d["setups"].items())
+    held = {s.get("malloc_mmap_threshold") for s in d["setups"].values()}
+    how = (f"glibc's mmap threshold held at {held.pop() / 2**20:g} MiB" if len(held) == 1 and None not in held
+           and 0 not in held else "glibc's mmap threshold as each launch set it")
+    out += [f"Peak resident memory per rank ({how}, `dsprune.memory`): {peaks}.", ""]
     return out
