@@ -74,6 +74,9 @@ class Args:
     storage_path: str | None = field(default=None, metadata={
         "help": "where Ray keeps the experiment (results, state for --resume): a folder every node mounts, or a "
                 "URI Ray supports; default OUT/ray"})
+    stage_cache: str | None = field(default=None, metadata={
+        "help": "folder of the stages trials build and reuse (default OUT/stages); sweeps that name the same "
+                "folder build each stage once, and one outside OUT outlives --overwrite"})
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Sweep:
     """A checked sweep: what trials run and how they are judged (picklable, sent to every trial)."""
 
     out: str
+    cache: str
     cwd: str
     pipeline: dict
     params: list
@@ -166,8 +170,9 @@ def build(args: Args) -> Sweep:
         raise DsPruneError("num_samples and max_concurrent must be at least 1")
     if args.scheduler == "asha" and not (1 <= args.asha_grace <= args.asha_max_t and args.asha_reduction >= 2):
         raise DsPruneError("asha: need 1 <= asha_grace <= asha_max_t and asha_reduction >= 2")
-    return Sweep(out=str(Path(args.out).resolve()), cwd=os.getcwd(), pipeline=doc, params=params,
-                 metric=args.metric, mode=args.mode, objectives=objectives, constraints=constraints,
+    cache = Path(args.stage_cache) if args.stage_cache else Path(args.out) / "stages"
+    return Sweep(out=str(Path(args.out).resolve()), cache=str(cache.resolve()), cwd=os.getcwd(), pipeline=doc,
+                 params=params, metric=args.metric, mode=args.mode, objectives=objectives, constraints=constraints,
                  penalty=args.penalty)
 
 
@@ -235,7 +240,10 @@ def run(args: Args) -> dict:
         trainable = tune.with_resources(tune.with_parameters(run_trial, spec=sweep),
                                         tune.PlacementGroupFactory([bundle]))
         if args.resume:
-            tuner = tune.Tuner.restore(exp, trainable, resume_unfinished=True, resume_errored=False)
+            # Errored trials too: Ray's default skips them for good, a trial whose node went away included. A trial
+            # saves no Ray checkpoint (its built stages are its checkpoint), so it reruns from its first unbuilt
+            # stage; one that fails again keeps its new error in the table.
+            tuner = tune.Tuner.restore(exp, trainable, resume_unfinished=True, resume_errored=True)
         else:
             tuner = tune.Tuner(
                 trainable,
@@ -243,6 +251,10 @@ def run(args: Args) -> dict:
                 tune_config=tune.TuneConfig(num_samples=args.num_samples, search_alg=_searcher(args, sweep),
                                             scheduler=_scheduler(args, sweep),
                                             max_concurrent_trials=args.max_concurrent),
+                # No retry within the sweep: a stage that failed on its inputs fails again, and a trial whose node
+                # was lost is recorded as failed on that node, for --resume once the node is back. Ray counts a lost
+                # actor as a failure unless the autoscaler drained its node as preempted: that trial it retries
+                # whatever max_failures says.
                 run_config=tune.RunConfig(name=args.name, storage_path=storage,
                                           failure_config=tune.FailureConfig(max_failures=0), verbose=1))
         grid = tuner.fit()

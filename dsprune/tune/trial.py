@@ -116,11 +116,12 @@ def on_trial_gpus(cmd: list[str], gpus: list[str]) -> list[str]:
 
 
 def write_node(trial_dir: Path) -> None:
-    """The Ray node this trial runs on, for the sweep's table."""
+    """The Ray node this trial runs on, for the sweep's table, and the worker process on it (its logs name it)."""
     import ray
 
     formats.write_json(trial_dir / NODE, {"id": ray.get_runtime_context().get_node_id(),
-                                          "ip": ray.util.get_node_ip_address(), "gpus": ray.get_gpu_ids()})
+                                          "ip": ray.util.get_node_ip_address(), "gpus": ray.get_gpu_ids(),
+                                          "pid": os.getpid()})
 
 
 def _die_with_parent() -> None:
@@ -171,7 +172,7 @@ def _run(config: dict, spec, trial_dir: Path, gpus: list[str] = ()) -> None:
     try:
         try:
             report = run_recipe(spec.pipeline, out=str(trial_dir), overrides=space.overrides(spec.params, config),
-                                cache=Path(spec.out) / "stages", execute=watcher, on_reuse=watcher.replay)
+                                cache=spec.cache, execute=watcher, on_reuse=watcher.replay)
         except DsPruneError as e:
             raise DsPruneError(f"{e} -- {watcher.last_error}" if watcher.last_error else str(e)) from None
         formats.write_text(trial_dir / "stages.json", json.dumps(report, indent=1, default=str))
