@@ -2,10 +2,16 @@
 similarly long groups in a step; every group is still taken once per epoch; the order is a pure function of the
 seed; and a group's length is the padded tokens the collator makes of it."""
 import random
+import re
 
 import pytest
 
+from dsprune.config import parse_args
+from dsprune.errors import DsPruneError
+from dsprune.train.arguments import TrainArgs
 from dsprune.train.data import Collator, Example, Schedule, padded_tokens
+from dsprune.train.loop import Hooks, train
+from train_helpers import write_groups
 
 N, PER_DEVICE, WORLD = 96, 4, 2
 _RNG = random.Random(11)
@@ -80,3 +86,16 @@ def test_an_examples_length_is_its_padded_tokens(tiny_dirs):
         assert padded_tokens(ex, collator.token_counts) == (batch["query"]["input_ids"].numel() +
                                                             batch["passage"]["input_ids"].numel())
     assert padded_tokens(long, collator.token_counts) > padded_tokens(short, collator.token_counts)
+
+
+@pytest.mark.parametrize("value, hooks, message", [
+    (-1, None, "length_buckets must be >= 0 (0 = off), not -1"),
+    (1, "distill", "length_buckets: --mode distill brings its own items"),
+])
+def test_bad_length_buckets_fail_before_start(tmp_path, tiny_dirs, value, hooks, message):
+    args = parse_args(TrainArgs, ["--model", str(tiny_dirs["llama"]), "--output_dir", str(tmp_path / "out"),
+                                  "--train_data", str(write_groups(tmp_path / "g.jsonl", n=16)),
+                                  "--length_buckets", str(value)])
+    with pytest.raises(DsPruneError, match=re.escape(message)):
+        train(args, Hooks(micro_batch=lambda *a: None, stage="distill") if hooks else None)
+    assert not (tmp_path / "out").exists()
