@@ -204,6 +204,9 @@ def test_a_stopped_worker_node_fails_its_trial_and_resume_completes_it(sweep):
     s = sweep["summary"]
     assert {t["trial"]: t["status"] for t in s["trials"]} == {kept: "done", killed: "done"}, sweep["stdout"][-3000:]
     assert not s["interrupted"]
+    again = {t["trial"]: t.get("failed_before") for t in s["trials"]}
+    assert again == {kept: None, killed: first[killed]["error"]}  # done now, and the table still says what it lost
+    assert f"Failed, then run again:\n- {killed}: {first[killed]['error']}" in (sweep["out"] / "trials.md").read_text()
     # the finished trial was not run again
     assert (sweep["out"] / "trials" / kept / "stages.json").read_text() == sweep["first"]["kept_stages"]
 

@@ -261,7 +261,7 @@ def run(args: Args) -> dict:
         trials = grid._experiment_analysis.trials  # same order as the results; they carry Ray's status
         stopped_file = out / STOPPED
         stopped = set(stopped_file.read_text().split()) if stopped_file.is_file() else set()
-        rows = [_row(r, t.trial_id, t.trial_id in stopped, sweep) for r, t in zip(grid, trials)]
+        rows = [_row(r, t.trial_id, t.trial_id in stopped, sweep, failed_before(t)) for r, t in zip(grid, trials)]
     finally:
         ray.shutdown()
     return summarise(rows, sweep, args)
@@ -296,7 +296,27 @@ def node_of(sweep: Sweep, trial_id: str) -> str | None:
     return f"{node['ip']} {node['id'][:8]}"
 
 
-def _row(result, trial_id: str, stopped: bool, sweep: Sweep) -> dict:
+def failed_before(trial) -> str | None:
+    """The last failure Ray wrote down for a trial that has since run again (a preempted node's trial Ray retried,
+    or one ``--resume`` reran): Ray's result forgets it once the trial finishes, its error file in the trial's
+    folder keeps it."""
+    from ray.air.constants import EXPR_ERROR_FILE
+
+    path = f"{trial.storage.trial_fs_path}/{EXPR_ERROR_FILE}"
+    try:
+        with trial.storage.storage_filesystem.open_input_stream(path) as f:
+            text = f.readall().decode(errors="replace")
+    except (FileNotFoundError, OSError):
+        return None
+    return _last_line(text.rsplit("Failure # ", 1)[-1].split("\n", 1)[-1])
+
+
+def _last_line(error: str) -> str | None:
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    return lines[-1][:400] if lines else None
+
+
+def _row(result, trial_id: str, stopped: bool, sweep: Sweep, earlier: str | None = None) -> dict:
     m = dict(result.metrics or {})
     final = bool(m.get("final"))
     row = {"trial": trial_id, **{p.name: (result.config or {}).get(p.name) for p in sweep.params}}
@@ -309,10 +329,11 @@ def _row(result, trial_id: str, stopped: bool, sweep: Sweep) -> dict:
     row["feasible"] = bool(m.get("feasible")) if final else None
     row["model"] = m.get("model") if final else None
     row["node"] = node_of(sweep, trial_id)
+    if result.error is None and earlier:
+        row["failed_before"] = earlier  # a retry or --resume ran it again: its status is that run's
     if result.error is not None:
         row["status"] = "error"
-        text = str(result.error or "").strip()
-        row["error"] = text.splitlines()[-1][:400] if text else "failed (see the trial's logs)"
+        row["error"] = _last_line(str(result.error)) or "failed (see the trial's logs)"
     elif final:
         row["status"] = "done"
     elif stopped:
@@ -389,6 +410,9 @@ def table(rows: list[dict], sweep: Sweep, best: dict | None) -> str:
     text = "\n".join(lines) + "\n"
     if errors:
         text += "\nFailed trials:\n" + "".join(f"- {r['trial']}: {r['error']}\n" for r in errors)
+    again = [r for r in rows if r.get("failed_before")]
+    if again:
+        text += "\nFailed, then run again:\n" + "".join(f"- {r['trial']}: {r['failed_before']}\n" for r in again)
     if sweep.constraints:
         text += "\nConstraints: " + "; ".join(map(str, sweep.constraints)) + "\n"
     text += f"\nBest feasible trial: {best['trial'] + ' -> ' + str(best['model']) if best else 'none'}\n"
