@@ -99,6 +99,7 @@ def _first_stage_folder(doc: dict, overrides: dict, scratch) -> str:
 
 
 def _hold(lock):
+    """Take a stage's build lock as its builder would: a trial reaching that stage waits until it is closed."""
     f = open(lock, "w")
     fcntl.flock(f, fcntl.LOCK_EX)
     return f
@@ -117,7 +118,6 @@ def _wait(found, proc: subprocess.Popen, log, what: str, timeout: float = 300):
         assert time.time() - t0 < timeout, f"no {what} in {timeout:.0f} s"
         time.sleep(0.2)
     return got
-
 
 
 @pytest.fixture(scope="module")
