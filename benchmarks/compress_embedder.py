@@ -81,7 +81,7 @@ def distill_summary(run: Path) -> dict:
             "curve": [{"step": r["step"], "ndcg_at_10": r["eval_ndcg_at_10"]} for r in log if "eval_ndcg_at_10" in r]}
 
 
-def collect(params: dict, out: Path, results: Path, variant: str = "") -> Path:
+def collect(params: dict, out: Path, results: Path, variant: str = "", main: Path = OUT) -> Path:
     doc = {"title": "EmbeddingGemma-300M compressed to a target speed-up, recovered by self-distillation",
            **collect_recipe(RECIPE, params, out, command(params, variant), "benchmarks/compress_embedder.py"),
            "variant": {"name": variant, **VARIANTS[variant]} if variant else None}
@@ -93,7 +93,22 @@ def collect(params: dict, out: Path, results: Path, variant: str = "") -> Path:
     bench = formats.read_json(bench, "bench") if bench.is_file() else {}
     doc["bench_pairs"] = {k: bench[k]["speedup_pairs"] for k in ("document", "query")
                           if "speedup_pairs" in bench.get(k, {})}
+    if variant:
+        doc["against_main"] = against_main(main, out, variant)
     return keep_results(doc, out, results, name_of(variant))
+
+
+def against_main(main: Path, out: Path, variant: str) -> dict:
+    """A variant's models paired per query with the main run's models of the same stage (the question is
+    the variant against the main run, which two intervals to the unpruned model do not answer)."""
+    found = {}
+    for stage, main_label in (("eval", "drop + distill"), ("eval-drop", "drop only")):
+        label = VARIANTS[variant]["rows"][main_label]
+        entries = compare.load_entries([str(main / stage), str(out / stage)], [], [main_label, label])
+        row = compare.compare(entries)["rows"][1]
+        found[label] = {"against": main_label, "trained": stage == "eval", "mean_delta": row.get("mean_delta"),
+                        "tasks": {t: c.get("delta") for t, c in row["tasks"].items() if c}}
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

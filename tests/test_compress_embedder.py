@@ -8,6 +8,7 @@ from benchmarks import compress_embedder as ce
 from benchmarks.grid import render
 from dsprune.recipe import load_recipe
 from dsprune.report import compare
+from dsprune.report.compare import interval
 from tests.test_family import _results
 
 
@@ -63,12 +64,26 @@ def test_collect_and_render(tmp_path):
     assert "4 steps" in section and "full parameters" in section and "one training seed" in section
     assert doc["distill"]["curve"] == [{"step": 2, "ndcg_at_10": 0.3}]
     assert "documents median 1.90× of 3 alternating pairs (min–max 1.80–2.10×)" in section
-    # a variant's model rows join the table under its label, against the same unpruned row
-    vdoc = json.loads(ce.collect({}, out, results, "last").read_text())
+    # a variant's model rows join the table under its label, against the same unpruned row, and each is paired
+    # with the main run's model of the same stage
+    import shutil
+    vout = tmp_path / "out-last"
+    shutil.copytree(out, vout)
+    for stage, mean in (("eval", 0.7), ("eval-drop", 0.2)):
+        shutil.copy(tmp_path / "evals" / stage / "results.json", out / stage / "results.json")
+        (vout / stage / "stage.json").rename(tmp_path / "stage.json")
+        shutil.rmtree(vout / stage)
+        _results(vout / stage, mean + (0.1 if stage == "eval" else 0.0), 7)
+        (tmp_path / "stage.json").rename(vout / stage / "stage.json")
+    vdoc = json.loads(ce.collect({}, vout, results, "last", main=out).read_text())
+    better = vdoc["against_main"]["drop-last-k + distill"]["mean_delta"]
+    assert better["low"] > 0.05 and vdoc["against_main"]["drop-last-k only"]["against"] == "drop only"
     assert vdoc["command"].endswith("--set plan.order=last --out out/recipes/compress-embedder-last")
     section = render.render(results, tmp_path / "RESULTS.md")
     assert "| drop-last-k + distill |" in section and "| drop-last-k only |" in section
     assert "**drop-last-k** (`dsprune run" in section
+    assert f"drop-last-k + distill − drop + distill, paired per query, mean over the tasks: {interval(better)} (one " \
+           "training seed: not a verdict)" in section
     vdoc["report"]["rows"][0]["tasks"]["scifact_small"]["score"] += 0.01
     (results / "compress_embedder_last.json").write_text(json.dumps(vdoc))
     with pytest.raises(SystemExit, match="unpruned scores differ"):

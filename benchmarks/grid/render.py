@@ -395,6 +395,10 @@ def render_compress(results: Path, md: Path) -> list[str]:
                    f"{', '.join(f'`{k}={x}`' for k, x in v['variant']['set'].items())}: drops "
                    f"{len(vp['attn'])} attention and {len(vp['mlp'])} MLP sub-layers {vp['mlp']}, FLOP ratio "
                    f"{vp['flop_ratio']:.3f}×, then the same distillation ({v['distill']['steps']} steps).")
+        for label, a in (v.get("against_main") or {}).items():
+            out.append(f"  - {label} − {a['against']}, paired per query, mean over the tasks: "
+                       f"{interval(a['mean_delta'])}"
+                       + (" (one training seed: not a verdict)." if a.get("trained") else " (no training)."))
     out.append("")
     for r in table["rows"]:
         if r is not ref and r.get("mean") is not None and ref.get("mean"):
