@@ -68,8 +68,10 @@ def measure(a, out: Path) -> dict:
         models[label] = str(stage(f"drop-{slug(label)}", ["drop", "--model", a.model, "--scores", a.scores, "--drop_mlp",
                                                    str(count), *(["--protect", protect] if protect else [])],
                                   out, log))
-    results = {}
+    results = {REFERENCE: a.reference_results} if a.reference_results else {}
     for label, model in models.items():
+        if label in results:
+            continue
         results[label] = str(stage(f"eval-{slug(label)}", ["eval", "--model", model, "--task", *a.task, "--split", "test",
                                                     "--max_length", str(a.max_length), "--threads", str(a.threads),
                                                     "--quiet"], out, log))
@@ -105,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drop_mlp", type=int, default=15, help="MLPs the drop by importance takes")
     ap.add_argument("--protect", type=int, nargs="*", default=[4], help="k: Drop-N with the first k protected")
     ap.add_argument("--task", nargs="+", default=["scifact_small"], help="eval task(s), NAME or NAME=FOLDER")
+    ap.add_argument("--reference_results", default=None, help="results of the undropped model made before with "
+                    "the same eval settings (a results.json or a grid row's JSON, e.g. benchmarks/results/"
+                    "untrained.json for smollm2), instead of evaluating it again")
     ap.add_argument("--max_length", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None, help="stage folders (default: out/drop_position/<model name>)")
@@ -125,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
            "command": shlex.join([".venv/bin/python", "benchmarks/drop_position.py",
                                   *(argv if argv is not None else sys.argv[1:])]),
            "code_version": formats.code_version(), "model": a.model, "scores": a.scores, "reference": REFERENCE,
+           "reference_results": a.reference_results,
            "tasks": a.task, "max_length": a.max_length, **measure(a, out)}
     print("\n".join(drop_position_section(doc)))
     keep_results(doc, out, Path(a.results), NAME)

@@ -28,6 +28,14 @@ def test_drop_position_on_a_tiny_model(tiny_dirs, tmp_path):
     assert doc["command"].startswith(".venv/bin/python benchmarks/drop_position.py --model")
     text = "\n".join(drop_position_section(doc))
     assert "| MLPs 1 | 1 |" in text and all(verdict(c) in text for c in doc["contrasts"])
+    # the undropped model's results reused instead of a second evaluation
+    ref = tmp_path / "out" / "eval-no-drop" / "results.json"
+    again = [*argv[:argv.index("--out")], "--reference_results", str(ref), "--out", str(tmp_path / "out2"),
+             "--results", str(results), "--no_render"]
+    assert drop_position.main(again) == 0
+    doc2 = json.loads((results / "drop_position.json").read_text())
+    assert doc2["reference_results"] == str(ref) and not (tmp_path / "out2" / "eval-no-drop").exists()
+    assert doc2["report"]["rows"][0] == doc["report"]["rows"][0]
 
 
 def test_verdict_follows_the_interval():

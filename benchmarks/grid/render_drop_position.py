@@ -31,7 +31,8 @@ def drop_position_section(d: dict) -> list[str]:
            f"Each row drops MLPs of {model} with `dsprune drop` and the scores `{d['scores']}`, then is evaluated "
            f"at ≤ {d['max_length']} tokens with no training. For the pairs every other layer is protected "
            "(`--protect`), so exactly those two MLPs go; *Drop-N, first k protected* is the drop by importance "
-           "with layers 0 to k−1 kept.", ""]
+           "with layers 0 to k−1 kept." + (f" *{d['reference']}* is `{d['reference_results']}`, evaluated before "
+                                            "with the same settings." if d.get("reference_results") else ""), ""]
     out += [compare.markdown(table), "", "| row | MLPs dropped |", "|---|---|"]
     out += [f"| {label} | {', '.join(map(str, v['drop_mlp']))} |" for label, v in d["variants"].items()]
     out += ["", "Differences between rows (paired bootstrap over queries, 95 %):", ""]
