@@ -225,6 +225,8 @@ def main() -> int:
                     help="queries per rank per step, instead of the config's (0 = keep it): small, so that 12 "
                          "launches fit in ~15 min on 2 cores")
     ap.add_argument("--setups", nargs="+", default=list(SETUPS), choices=list(SETUPS))
+    ap.add_argument("--until", default="", help="UTC time HH:MM: start no round of launches that would end after "
+                                                "it (the last round's duration as the guide); at least 2 rounds run")
     ap.add_argument("--out", default=str(REPO / "out" / "train_throughput"))
     ap.add_argument("--reuse", action="store_true", help="summarise the launches an earlier run left in --out "
                                                          "(launches.json) instead of launching")
@@ -252,7 +254,17 @@ def main() -> int:
     if a.reuse:
         done = formats.read_json(out / "launches.json", "earlier launches")
         runs, commands, command = done["runs"], done["commands"], done["command"]
+    import datetime
+    import time
+    t_round = None
     for rep in range(0 if a.reuse else a.repeats):
+        if a.until and rep >= 2 and t_round:
+            now = datetime.datetime.now(datetime.timezone.utc)
+            end = now.replace(hour=int(a.until[:2]), minute=int(a.until[3:5]), second=0)
+            if now + datetime.timedelta(seconds=t_round) > end:
+                print(f"stopping after {rep} rounds: another would end after {a.until} UTC", flush=True)
+                break
+        t0 = time.time()
         for name in (a.setups if rep % 2 == 0 else a.setups[::-1]):   # alternating order
             ranks, threads, buckets = SETUPS[name]
             run = out / name / f"repeat{rep}"
@@ -267,6 +279,7 @@ def main() -> int:
             runs[name].append(launch_figures(run, a.warmup, group_size))
             # what is done so far, should the run be cut short
             formats.write_json(out / "launches.json", {"runs": runs, "commands": commands, "command": command})
+        t_round = time.time() - t0
 
     s = summarise(runs)
     comm = communication(runs)
@@ -276,7 +289,8 @@ def main() -> int:
            "group_size": group_size, "passage_max_length": cfg.get("passage_max_length"),
            "query_max_length": cfg.get("query_max_length"), "lora": cfg.get("lora"),
            "gradient_checkpointing": cfg.get("gradient_checkpointing"), "deepspeed": cfg.get("deepspeed"),
-           "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats, "order": "alternating",
+           "steps": a.steps, "warmup_steps": a.warmup, "repeats": len(next(iter(runs.values()))),
+           "order": "alternating",
            **s, "communication": comm, "projection": proj, "findings": findings(s, comm, proj),
            "code_version": formats.code_version(), "commands": commands, "command": command}
     if a.reuse:
