@@ -58,7 +58,9 @@ def render_table1(results: Path) -> list[str]:
                                       f"{drop['flop_ratio']:.2f}×" if drop else "1.00×", params]) + " |")
     out += ["", f"nDCG@10; in brackets the difference to **{rep['reference']}** with its 95 % paired bootstrap "
                 f"interval over queries ({rep['samples']} resamples), the mean over tasks resampled per task.", "",
-            "Head to head at the same drop count (paired per query, mean over the tasks):", ""]
+            "Head to head at the same drop count (paired per query, mean over the tasks). Equal counts are not "
+            "equal savings: an attention sub-layer costs fewer FLOPs than an MLP here (the FLOP ratio column), and "
+            "a block drop removes the same layers' attention as well as their MLPs.", ""]
     out += [f"- {verdict(name, pair, d['drops'])}." for name, pair in d["pairs"].items()]
     return out + [""]
 
