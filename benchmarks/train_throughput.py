@@ -115,8 +115,8 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
             per_rank.append({**{k: round(med([x[k] for x in rows]), 4) for k in (*PHASES, "comm", "seconds")},
                              "padded_tokens": round(med([x["padded_tokens"] for x in rows])),
                              "compute_seconds": round(med([compute_seconds(x) for x in rows]), 4),
-                             "compute_ms_per_1k_padded_tokens": round(med([1e6 * compute_seconds(x) /
-                                                                           x["padded_tokens"] for x in rows]), 2),
+                             "compute_ms_per_padded_token": round(med([1e3 * compute_seconds(x) /
+                                                                       x["padded_tokens"] for x in rows]), 3),
                              "comm_bytes": round(med([x["comm_bytes"] for x in rows])),
                              "comm_ops_bytes": {op: round(med([x["comm_ops_bytes"].get(op, 0) for x in rows]))
                                                 for op in rows[0]["comm_ops_bytes"]}})
@@ -177,12 +177,12 @@ def findings(s: dict, comm: dict, proj: dict) -> dict:
     communication's and waiting's share of the 2-rank step, and bucketing's effect."""
     st = s["setups"]
     two, ctl = st["zero2_2ranks"], st[CONTROL]
-    per_tok = med([r["compute_ms_per_1k_padded_tokens"] for r in two["per_rank"]])
-    ctl_tok = ctl["per_rank"][0]["compute_ms_per_1k_padded_tokens"]
+    per_tok = med([r["compute_ms_per_padded_token"] for r in two["per_rank"]])
+    ctl_tok = ctl["per_rank"][0]["compute_ms_per_padded_token"]
     step = two["step_seconds"]["median"]
-    out = {"compute_ms_per_1k_padded_tokens": {"zero2_2ranks": per_tok, CONTROL: ctl_tok,
+    out = {"compute_ms_per_padded_token": {"zero2_2ranks": per_tok, CONTROL: ctl_tok,
                                                "one_process_2threads":
-                                                   st["one_process_2threads"]["per_rank"][0]["compute_ms_per_1k_padded_tokens"]},
+                                                   st["one_process_2threads"]["per_rank"][0]["compute_ms_per_padded_token"]},
            "contention_factor": round(per_tok / ctl_tok, 2),
            "transfer_share_of_step": round(comm["transfer_seconds"] / step, 3),
            "wait_share_of_step": round(two["wait_gap_seconds"] / step, 3)}
@@ -200,14 +200,14 @@ def findings(s: dict, comm: dict, proj: dict) -> dict:
 
 def table(s: dict) -> str:
     lines = [f"{'setup':<22} {'ranks':>5} {'thr':>3} {'batch':>5} {'seq/s [min-max]':>22} "
-             f"{'rank':>4} {'fwd':>6} {'loss':>6} {'bwd':>6} {'step':>6} {'comm':>6} {'ms/1k tok':>9} {'pad tok':>7}"]
+             f"{'rank':>4} {'fwd':>6} {'loss':>6} {'bwd':>6} {'step':>6} {'comm':>6} {'ms/token':>9} {'pad tok':>7}"]
     for name, r in s["setups"].items():
         q = r["sequences_per_s"]
         for k, pr in enumerate(r["per_rank"]):
             head = (f"{name:<22} {r['ranks']:>5} {r['threads_per_rank']:>3} {r['global_batch']:>5} "
                     f"{q['median']:>8.3f} [{q['min']:.3f}-{q['max']:.3f}]") if k == 0 else " " * 62
             lines.append(f"{head} {k:>4} {pr['forward']:>6.2f} {pr['loss']:>6.2f} {pr['backward']:>6.2f} "
-                         f"{pr['step']:>6.2f} {pr['comm']:>6.2f} {pr['compute_ms_per_1k_padded_tokens']:>9.1f} "
+                         f"{pr['step']:>6.2f} {pr['comm']:>6.2f} {pr['compute_ms_per_padded_token']:>9.2f} "
                          f"{pr['padded_tokens']:>7}")
     lines.append("")
     lines += [f"{k}: {v['median']:.3f}x [{v['min']:.3f}-{v['max']:.3f}]" for k, v in s["sequences_per_s_ratios"].items()]
@@ -250,10 +250,11 @@ def main() -> int:
     out = Path(a.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict]] = {n: [] for n in a.setups}
-    commands, command = {}, " ".join([sys.executable, *sys.argv])
+    commands, command, version = {}, " ".join([sys.executable, *sys.argv]), formats.code_version()
     if a.reuse:
         done = formats.read_json(out / "launches.json", "earlier launches")
         runs, commands, command = done["runs"], done["commands"], done["command"]
+        version = done.get("code_version", version)
     import datetime
     import time
     t_round = None
@@ -278,7 +279,8 @@ def main() -> int:
             sh(cmd, out / "logs" / f"{name}-{rep}.log", launch_env(OMP_NUM_THREADS=str(threads)))
             runs[name].append(launch_figures(run, a.warmup, group_size))
             # what is done so far, should the run be cut short
-            formats.write_json(out / "launches.json", {"runs": runs, "commands": commands, "command": command})
+            formats.write_json(out / "launches.json", {"runs": runs, "commands": commands, "command": command,
+                                                        "code_version": version})
         t_round = time.time() - t0
 
     s = summarise(runs)
@@ -292,14 +294,14 @@ def main() -> int:
            "steps": a.steps, "warmup_steps": a.warmup, "repeats": len(next(iter(runs.values()))),
            "order": "alternating",
            **s, "communication": comm, "projection": proj, "findings": findings(s, comm, proj),
-           "code_version": formats.code_version(), "commands": commands, "command": command}
+           "code_version": version, "commands": commands, "command": command}
     if a.reuse:
         doc["summarised_by"] = " ".join([sys.executable, *sys.argv])
     formats.write_json(Path(a.results), doc)
     print()
     print(table(s))
     f = doc["findings"]
-    print(f"compute per 1k padded tokens (ms): {f['compute_ms_per_1k_padded_tokens']}; contention "
+    print(f"compute per padded token (ms): {f['compute_ms_per_padded_token']}; contention "
           f"{f['contention_factor']}x; transfer {f['transfer_share_of_step']:.1%} and waiting "
           f"{f['wait_share_of_step']:.1%} of the 2-rank step; {comm['wire_bytes_per_rank_per_step'] / 1e6:.1f} MB "
           f"sent per rank per step")
