@@ -308,10 +308,11 @@ TABLES = [
           {"dense": "full (= dense)", "t2-15m": "EffiR-15M", "t2-19m": "EffiR-19M"}),
     Table("effir-t3-mild", "EffiR Table 3 at a milder point: 4M + 15% slimming vs 8M", "dense",
           ["dense", "t2-8m", "effir-4m"],
-          "The same comparison where SmolLM2 still trains under the dense budget: half of its 30 MLPs (15M) is far "
-          "more of a 135M model than 16 of Mistral-7B's 32 (compare Drop-4M and Drop-15M in Table 1). Slimming "
-          "15% of the 26 kept MLPs' neurons removes about 4 MLPs' worth, so EffiR-4M and Drop-8M have about the "
-          "same size.",
+          "The same comparison where SmolLM2 still trains under the dense budget (the rows with 15 MLPs dropped do "
+          "not; *Which MLPs a drop takes* tests whether their number or their position matters). Slimming 15% of "
+          "the 26 kept MLPs' neurons removes about 4 MLPs' worth, so EffiR-4M and Drop-8M have about the same "
+          "size; EffiR-4M's training starts from neurons its slimming gates chose by training on the task, so "
+          "this is no verdict (*Checks*).",
           {"dense": "full (= dense)"}),
     Table("gaprune-t1", "GAPrune Table 1: one-shot MLP pruning of the dense retriever", "dense",
           ["dense"] + [f"gap-{m}-{p}" for p in (30, 50) for m in GAP_METHODS] + ["gap-daibal-50"],
