@@ -91,7 +91,7 @@ def render_dai_modes(results: Path, docs: dict) -> list[str]:
         term = "–" if ratio is None else f"{ratio:.2g}" + (f" (× {scale:.3g})" if scale not in (None, 1.0) else "")
         kinds = " / ".join(f"{v:.2%}" for v in m["differs_by_kind"].values())
         out.append(f"| {m['name']} | {m['stats']} | {m.get('alignment', '–')} | {m.get('variant', '–')} | {term} | "
-                   f"{m['differs_from_magnitude']:.2%} | {kinds} | {m['what']} |")
+                   f"{m['differs_from_magnitude']:.2%} | {kinds} | {m['what'].replace('|', chr(92) + '|')} |")
     out += ["", f"**Where β·F_gen outweighs F_dom** (β = {d['beta']}, γ = {d['gamma']}): the share of weights with "
             "F_dom − β·F_gen < 0, and r = (F_dom − β·F_gen)·|θ| / (γ·√|θ|) there. r < −1 makes Eq. 5's score "
             "negative, below every weight magnitude would keep; *balanced* applies the Fisher scale of the "
@@ -103,4 +103,10 @@ def render_dai_modes(results: Path, docs: dict) -> list[str]:
             out.append(f"| {run} | {kind} | {x['negative_fraction']:.1%} | {x['r_median_of_negative']:.2g} | "
                        f"{x['r_p01_of_negative']:.2g} | {x['r_min']:.2g} | {x['below_minus_one']:.3%} | "
                        f"{x['below_minus_one_balanced']:.2%} |")
+    worst = max(x["below_minus_one"] for t in d["tails"].values() for x in t["kinds"].values())
+    by = {m["name"]: m["differs_from_magnitude"] for m in d["modes"]}
+    out += ["", f"So as written the Fisher term moves almost nothing: at most {worst:.1e} of a matrix kind's weights "
+            "have r < −1. What separates an Eq. 5 mode's mask from magnitude's is its alignment factor"
+            + (f" (consistency {by['consistency']:.2%}, Eq. 4 {by['eq4']:.2%} of the decisions)"
+               if {"consistency", "eq4"} <= set(by) else "") + "; the reference code's z-scores each matrix."]
     return out + ["", f"Source: [{MODES_JSON}]({os.path.relpath(p, results.parent)}).", ""]
