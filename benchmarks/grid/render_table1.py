@@ -3,12 +3,12 @@ against the unpruned model, and attention against MLPs (MLPs against blocks) hea
 with every sentence computed from the committed JSON."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from dsprune import formats
 from dsprune.report import compare
 from dsprune.report.compare import interval
+
+from .section import section_result
 
 KINDS = {"attn": "attention layers", "mlp": "MLPs", "blocks": "blocks"}
 
@@ -29,12 +29,9 @@ def verdict(name: str, d: dict, drops: dict) -> str:
 
 
 def render_table1(results: Path) -> list[str]:
-    p = results / "table1_embedder.json"
-    if not p.is_file():
-        return []
-    d = formats.read_json(p, "table1 results")
-    if not isinstance(d, dict) or not {"report", "drops", "pairs", "stages", "command"} <= set(d):
-        print(f"note: {p} is not a benchmarks/table1_embedder.py result, ignored", file=sys.stderr)
+    d = section_result(results / "table1_embedder.json", {"report", "drops", "pairs", "stages", "command"},
+                       "benchmarks/table1_embedder.py")
+    if d is None:
         return []
     rep = d["report"]
     tasks = rep["tasks"]

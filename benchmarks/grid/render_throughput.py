@@ -3,10 +3,9 @@ where each rank's step time goes, what limits 2 ranks on 2 cores, and the GPU ca
 bytes per step, every sentence computed from the committed JSON."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from dsprune import formats
+from .section import section_result
 
 FILE = Path("training") / "throughput.json"
 TITLE = "Training throughput on 2 CPU cores"
@@ -113,12 +112,9 @@ def bucketing(d: dict) -> str | None:
 
 
 def render_throughput(results: Path) -> list[str]:
-    p = results / FILE
-    if not p.is_file():
-        return []
-    d = formats.read_json(p, "throughput results")
-    if not isinstance(d, dict) or not {"setups", "repeats", "findings", "projection", "command"} <= set(d):
-        print(f"note: {p} is not a benchmarks/train_throughput.py result with repeats, ignored", file=sys.stderr)
+    d = section_result(results / FILE, {"setups", "repeats", "findings", "projection", "command"},
+                       "benchmarks/train_throughput.py (with repeats)")
+    if d is None:
         return []
     r, c = d["sequences_per_s_ratios"], d["communication"]
     out = [f"## {TITLE}", "",
