@@ -25,6 +25,7 @@ from .render_table1 import render_table1
 from .render_throughput import render_throughput
 from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
                    HEADLINE_TASK, MODEL_NOTE, ROWS, SCALED, TABLES, Table)
+from .section import section_result
 
 RESULTS = REPO / "benchmarks" / "results"       # one JSON per finished row, and the figures RESULTS.md shows
 RESULTS_MD = REPO / "benchmarks" / "RESULTS.md"
@@ -331,9 +332,8 @@ def render_families(results: Path, md: Path) -> list[str]:
     """Another model family through recipes/effir-smollm2.yaml (benchmarks/family.py): the recipe's own report."""
     out = []
     for p in sorted((results / "families").glob("*.json")):
-        d = formats.read_json(p, "model family results")
-        if not isinstance(d, dict) or not {"title", "command", "report", "stages"} <= set(d):
-            print(f"note: {p} is not a benchmarks/family.py result, ignored", file=sys.stderr)
+        d = section_result(p, {"title", "command", "report", "stages"}, "benchmarks/family.py")
+        if d is None:
             continue
         minutes = sum(s.get("seconds") or 0 for s in d["stages"]) / 60
         out += [f"## A second model family: {d['title']}", "",
