@@ -31,7 +31,10 @@ NAME = "compress_embedder"
 VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                      "rows": {"drop + distill": "drop-last-k + distill", "drop only": "drop-last-k only"}},
             "1.5x": {"label": "1.5× plan", "set": {"plan.target_speedup": 1.5},
-                     "rows": {"drop + distill": "1.5× plan: drop + distill", "drop only": "1.5× plan: drop only"}}}
+                     "rows": {"drop + distill": "1.5× plan: drop + distill", "drop only": "1.5× plan: drop only"}},
+            # EffiR Table 3's pair at the same target: fewer drops + self-slimming against the main run's deeper drop
+            "slim": {"label": "coarse drop + slim", "recipe": "recipes/compress-embedder-slim.yaml", "set": {},
+                     "rows": {"drop + distill": "drop + slim + distill", "drop only": "drop + slim only"}}}
 # stages a variant can take from the main run as they are: they read no stage the variant changes
 SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm")
 
@@ -44,9 +47,13 @@ def name_of(variant: str) -> str:
     return f"{NAME}_{variant}" if variant else NAME
 
 
+def recipe_of(variant: str) -> Path:
+    return REPO / VARIANTS[variant]["recipe"] if variant and "recipe" in VARIANTS[variant] else RECIPE
+
+
 def command(params: dict, variant: str = "") -> list[str]:
     sets = VARIANTS[variant]["set"] if variant else {}
-    return ["dsprune", "run", "--recipe", str(RECIPE.relative_to(REPO)),
+    return ["dsprune", "run", "--recipe", str(recipe_of(variant).relative_to(REPO)),
             *(["--param", *[f"{k}={v}" for k, v in params.items()]] if params else []),
             *(["--set", *[f"{k}={v}" for k, v in sets.items()]] if sets else []),
             "--out", str(out_of(variant).relative_to(REPO))]
@@ -83,7 +90,8 @@ def distill_summary(run: Path) -> dict:
 
 def collect(params: dict, out: Path, results: Path, variant: str = "", main: Path = OUT) -> Path:
     doc = {"title": "EmbeddingGemma-300M compressed to a target speed-up, recovered by self-distillation",
-           **collect_recipe(RECIPE, params, out, command(params, variant), "benchmarks/compress_embedder.py"),
+           **collect_recipe(recipe_of(variant), params, out, command(params, variant),
+                            "benchmarks/compress_embedder.py" + (f" --variant {variant}" if variant else "")),
            "variant": {"name": variant, **VARIANTS[variant]} if variant else None}
     plan = formats.read_json(out / "plan" / "plan.json", "plan")
     doc["plan"] = {k: plan.get(k) for k in ("target_speedup", "seq_len", "attn", "mlp", "slim_ratio",

@@ -21,15 +21,32 @@ def test_recipe_chains_plan_drop_distill_and_benches_against_the_unpruned_model(
     assert by["report"].args["results"][0] == "${eval-full}"
 
 
-def _fake_run(tmp_path):
-    out = tmp_path / "out"
-    _, stages = load_recipe(ce.RECIPE)
+def test_slim_recipe_adds_slimming_to_the_same_pipeline():
+    """The coarse-drop + slim partner differs from the main recipe in the plan's fixed ratio and the
+    slim/mask stages only: the same distillation, evaluations and bench."""
+    _, main_stages = load_recipe(ce.RECIPE)
+    _, stages = load_recipe(ce.recipe_of("slim"))
+    by, main_by = {s.name: s for s in stages}, {s.name: s for s in main_stages}
+    assert set(by) - set(main_by) == {"slim", "mask", "export-mask"} and set(main_by) <= set(by)
+    assert by["plan"].args["slim_ratio"] == 0.5 and by["mask"].args["plan"] == "${plan}"
+    assert by["slim"].args["mode"] == "slim" and by["slim"].args["model"] == "${drop}"
+    assert by["distill"].args == {**main_by["distill"].args, "mask": "${mask}"}
+    assert by["eval-drop"].args["model"] == "${export-mask}"
+    for name in ce.SHARED_STAGES:
+        assert by[name].args == main_by[name].args
+    for name in ("eval", "bench", "eval-full", "eval-minilm"):
+        assert by[name].args == main_by[name].args
+
+
+def _fake_run(tmp_path, recipe=ce.RECIPE, out_name="out", slim_ratio=0.0, renamed=None):
+    out = tmp_path / out_name
+    _, stages = load_recipe(recipe)
     for s in stages:
         (out / s.name).mkdir(parents=True)
         (out / s.name / "stage.json").write_text(json.dumps({"fingerprint": "f", "seconds": 120.0,
                                                             "command": s.command, "launcher": s.launcher}))
     (out / "plan" / "plan.json").write_text(json.dumps({"target_speedup": 2.0, "seq_len": 256, "attn": [20, 21],
-                                                        "mlp": [23], "slim_ratio": 0.0, "flop_ratio": 2.03,
+                                                        "mlp": [23], "slim_ratio": slim_ratio, "flop_ratio": 2.03,
                                                         "num_layers": 24}))
     (out / "distill" / "manifest.json").write_text(json.dumps({"config": {
         "distill_data": ["a.jsonl"], "per_device_batch_size": 16, "num_epochs": 2, "learning_rate": 1e-4,
@@ -40,9 +57,11 @@ def _fake_run(tmp_path):
                                                          for i in range(4)))
     labels = {"eval-full": ("unpruned", 0.8), "eval": ("drop + distill", 0.7), "eval-drop": ("drop only", 0.2),
               "eval-minilm": ("all-MiniLM-L6-v2", 0.6)}
+    labels.update(renamed or {})
+    evals = tmp_path / f"evals-{out_name}"
     for i, name in enumerate(labels):
-        _results(tmp_path / "evals" / name, labels[name][1], i)
-    entries = compare.load_entries([str(tmp_path / "evals" / n) for n in labels], [], [v[0] for v in labels.values()])
+        _results(evals / name, labels[name][1], i)
+    entries = compare.load_entries([str(evals / n) for n in labels], [], [v[0] for v in labels.values()])
     (out / "report" / "report.json").write_text(json.dumps(compare.compare(entries)))
     (out / "bench" / "bench.json").write_text(json.dumps({"document": {"speedup_pairs": {
         "median": 1.9, "min": 1.8, "max": 2.1, "ratios": [1.8, 1.9, 2.1]}}}))
@@ -70,7 +89,7 @@ def test_collect_and_render(tmp_path):
     vout = tmp_path / "out-last"
     shutil.copytree(out, vout)
     for stage, mean in (("eval", 0.7), ("eval-drop", 0.2)):
-        shutil.copy(tmp_path / "evals" / stage / "results.json", out / stage / "results.json")
+        shutil.copy(tmp_path / "evals-out" / stage / "results.json", out / stage / "results.json")
         (vout / stage / "stage.json").rename(tmp_path / "stage.json")
         shutil.rmtree(vout / stage)
         _results(vout / stage, mean + (0.1 if stage == "eval" else 0.0), 7)
@@ -91,3 +110,24 @@ def test_collect_and_render(tmp_path):
     (out / "distill" / "stage.json").unlink()
     with pytest.raises(SystemExit, match="distill.*has not finished"):
         ce.collect({}, out, results)
+
+
+def test_a_variant_with_its_own_recipe_joins_the_table(tmp_path):
+    """The slim variant names its rows itself and says which recipe and slimming ratio it ran."""
+    import shutil
+    out, results = _fake_run(tmp_path), tmp_path / "results"
+    results.mkdir()
+    ce.collect({}, out, results)
+    vout = _fake_run(tmp_path, ce.recipe_of("slim"), "out-slim", 0.5,
+                     {"eval": ("drop + slim + distill", 0.75), "eval-drop": ("drop + slim only", 0.3)})
+    for stage in ("eval", "eval-drop"):
+        for run in (out, vout):
+            shutil.copy(tmp_path / f"evals-{run.name}" / stage / "results.json", run / stage / "results.json")
+    vdoc = json.loads(ce.collect({}, vout, results, "slim", main=out).read_text())
+    assert vdoc["recipe"] == "recipes/compress-embedder-slim.yaml" and vdoc["plan"]["slim_ratio"] == 0.5
+    assert vdoc["command"].startswith("dsprune run --recipe recipes/compress-embedder-slim.yaml --out")
+    assert set(vdoc["against_main"]) == {"drop + slim + distill", "drop + slim only"}
+    section = render.render(results, tmp_path / "RESULTS.md")
+    assert "| drop + slim + distill |" in section and "| drop + slim only |" in section
+    assert "`recipes/compress-embedder-slim.yaml` (the same stages plus `slim` and `mask`)" in section
+    assert "slims the kept MLPs by 0.5" in section

@@ -111,10 +111,25 @@ def test_last_order_takes_the_fewest_top_blocks():
     (SpeedRequest(2.0, protect="1,6"), "protect: layer 6 is out of range for the 6-layer model"),
     (SpeedRequest(2.0, protect="x"), "protect must be K"),
     (SpeedRequest(2.0, groups=("block",)), "unknown group"), (SpeedRequest(2.0, max_slim=1.0), "max_slim"),
+    (SpeedRequest(2.0, slim=1.0), r"slim_ratio must be in \[0, 1\)"),
+    (SpeedRequest(2.0, slim=-0.1), r"slim_ratio must be in \[0, 1\)"),
+    (SpeedRequest(2.0, slim=0.3, order="last"), "drop-last-k order does not slim"),
 ])
 def test_bad_requests(req, msg):
     with pytest.raises(DsPruneError, match=msg):
         plan_speedup(_scores(), shape_of(tiny_encoder("llama", layers=LAYERS)), req)
+
+
+def test_fixed_slim_ratio_trades_drops_for_slimming():
+    """EffiR Table 3's pair: at one target, a fixed slimming ratio leaves fewer drops than the free plan,
+    and the slimmed model still reaches the target."""
+    enc = tiny_encoder("llama", layers=LAYERS)
+    free = plan_speedup(_scores(2), shape_of(enc), SpeedRequest(1.6, seq_len=32, max_slim=0))
+    coarse = plan_speedup(_scores(2), shape_of(enc), SpeedRequest(1.6, seq_len=32, slim=0.5))
+    assert coarse.chosen.slim == 0.5 and {c.slim for c in coarse.front} == {0.5}
+    assert coarse.chosen.flop_ratio >= 1.6
+    assert coarse.chosen.attn + coarse.chosen.mlp < free.chosen.attn + free.chosen.mlp
+    assert coarse.to_json()["policy"]["slim"] == 0.5 and coarse.to_json()["slim_ratio"] == 0.5
 
 
 def test_plan_then_drop_from_the_command_line(tiny_dirs, tmp_path, texts, capsys):

@@ -391,10 +391,12 @@ def render_compress(results: Path, md: Path) -> list[str]:
                    f"only, never used to pick a checkpoint): " + ", ".join(points) + ".")
     for v in variants:
         vp = v["plan"]
-        out.append(f"- **{v['variant']['label']}** (`{v['command']}`): the same recipe with "
-                   f"{', '.join(f'`{k}={x}`' for k, x in v['variant']['set'].items())}: drops "
-                   f"{len(vp['attn'])} attention and {len(vp['mlp'])} MLP sub-layers {vp['mlp']}, FLOP ratio "
-                   f"{vp['flop_ratio']:.3f}×, then the same distillation ({v['distill']['steps']} steps).")
+        how = (f"`{v['recipe']}` (the same stages plus `slim` and `mask`)" if v["recipe"] != d["recipe"] else
+               "the same recipe with " + ", ".join(f"`{k}={x}`" for k, x in v["variant"]["set"].items()))
+        slimmed = f", slims the kept MLPs by {vp['slim_ratio']}" if vp.get("slim_ratio") else ""
+        out.append(f"- **{v['variant']['label']}** (`{v['command']}`): {how}: drops "
+                   f"{len(vp['attn'])} attention and {len(vp['mlp'])} MLP sub-layers {vp['mlp']}{slimmed}, FLOP "
+                   f"ratio {vp['flop_ratio']:.3f}×, then the same distillation ({v['distill']['steps']} steps).")
         for label, a in (v.get("against_main") or {}).items():
             out.append(f"  - {label} − {a['against']}, paired per query, mean over the tasks: "
                        f"{interval(a['mean_delta'])}"
@@ -426,7 +428,8 @@ def variant_rows(v: dict, ref: dict) -> list[dict]:
     if {t: x["score"] for t, x in vref["tasks"].items()} != {t: x["score"] for t, x in ref["tasks"].items()}:
         raise SystemExit(f"compress-embedder variant {v['variant']['name']}: its unpruned scores differ from the "
                          "main run's; rerun it")
-    names = v["variant"]["rows"]
+    names = v["variant"]["rows"]   # the main recipe's labels -> the variant's; a variant recipe may name its own
+    names = {**names, **{x: x for x in names.values()}}
     return [{**r, "label": names[r["label"]]} for r in v["report"]["rows"] if r["label"] in names]
 
 

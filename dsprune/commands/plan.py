@@ -31,6 +31,9 @@ class Args(CalibArgs, EncoderArgs):
     slim_step: float = field(default=0.05, metadata={"help": "step of the slimming-ratio grid"})
     slim_weight: float = field(default=1.0, metadata={
         "help": "predicted damage of slimming r: slim_weight * r * sum of the kept MLPs' scores"})
+    slim_ratio: float | None = field(default=None, metadata={
+        "help": "slim the kept MLPs by exactly this ratio and plan the drops for the rest of the target "
+                "(EffiR Table 3's coarse drop + slimming); overrides max_slim"})
     order: str = field(default="importance", metadata={
         "help": "importance: the cheapest drops and slimming by the scores; last: the fewest whole blocks from "
                 "the top (the drop-last-k baseline)"})
@@ -41,7 +44,7 @@ def request(args: Args):
 
     groups = tuple(g for g in args.drop_groups if g != "none")
     req = SpeedRequest(args.target_speedup, args.seq_len, protect_spec(args.protect), groups, args.max_slim, args.slim_step,
-                       args.slim_weight, args.order)
+                       args.slim_weight, args.order, args.slim_ratio)
     req.validate()
     return req
 

@@ -4,7 +4,7 @@ predicted damage, from EffiR importance scores.
 Candidates: every (drop ``a`` attention sub-layers, drop ``m`` MLP sub-layers, slim the kept MLPs by ``r``),
 the sub-layers taken least important first from each group's drop order (``drop_plan.candidates``, so the
 plan is exactly what ``dsprune drop`` would take for those counts), the ``protect`` layers (the first K, or a
-list) never dropped, ``r`` on a grid from 0 to ``max_slim``. The FLOP ratio of a candidate (the model as given over the
+list) never dropped, ``r`` on a grid from 0 to ``max_slim`` (or fixed: ``slim``). The FLOP ratio of a candidate (the model as given over the
 candidate, per token at ``seq_len``) is counted analytically by ``eval.speed.count_flops``, the function
 ``dsprune bench`` reports — no model is touched. ``r`` is the fraction of the kept MLP neurons that
 ``dsprune mask --ratio`` removes; MLP FLOPs only depend on the total width, so where slimming takes the
@@ -47,6 +47,7 @@ class SpeedRequest:
     slim_step: float = 0.05
     slim_weight: float = 1.0
     order: str = "importance"             # last: drop-last-k blocks
+    slim: float | None = None             # a fixed slimming ratio (EffiR Table 3's "coarse + slim"): drops cover the rest
 
     def validate(self) -> None:
         if self.order not in ORDERS:
@@ -65,8 +66,14 @@ class SpeedRequest:
             raise DsPruneError(f"slim_step must be positive, not {self.slim_step}")
         if self.slim_weight < 0:
             raise DsPruneError(f"slim_weight must be >= 0, not {self.slim_weight}")
+        if self.slim is not None and not (isinstance(self.slim, (int, float)) and 0 <= self.slim < 1):
+            raise DsPruneError(f"slim_ratio must be in [0, 1), not {self.slim}")
+        if self.slim and self.order == "last":
+            raise DsPruneError("slim_ratio: the drop-last-k order does not slim")
 
     def slim_grid(self) -> list[float]:
+        if self.slim is not None:
+            return [float(self.slim)]
         steps = int(math.floor(self.max_slim / self.slim_step + 1e-9)) if self.max_slim else 0
         grid = [round(i * self.slim_step, 6) for i in range(steps + 1)]
         return grid + ([self.max_slim] if self.max_slim - grid[-1] > 1e-9 else [])
@@ -103,7 +110,7 @@ class SpeedPlan:
                 "drop_attn": c.attn, "drop_mlp": c.mlp, "slim_ratio": c.slim, "flop_ratio": c.flop_ratio,
                 "predicted_cost": c.cost, "flops_per_token": self.flops, "steps": self.drop.steps,
                 "policy": {k: v for k, v in dataclasses.asdict(self.request).items()
-                           if k in ("order", "groups", "max_slim", "slim_step", "slim_weight")},
+                           if k in ("order", "groups", "max_slim", "slim_step", "slim_weight", "slim")},
                 "n_candidates": self.n_candidates, "candidates": [dataclasses.asdict(x) for x in self.front]}
 
 
