@@ -157,6 +157,20 @@ def test_a_resumed_training_stage_marks_the_minutes_as_a_lower_bound(tmp_path):
     assert "- **t2-15a** (abc1234, 10+ min of stages" in text
 
 
+def test_seed_column_names_each_rows_training_seed(tmp_path):
+    """Kept with the training, or read from the training stage's command in older rows; an untrained row has none."""
+    results, docs = _grid(tmp_path, {"dense": 0.6, "t1-8m": 0.5, "t2-8a": 0.55, "t2-15a": 0.5})
+    docs["t2-8a"]["training"]["t2-8a-train"]["seed"] = 7
+    docs["t2-15a"]["stages"].append({"name": "t2-15a-train",
+                                     "command": "deepspeed launchers/train.py --model m --seed 43 --lora true"})
+    for r in ("t2-8a", "t2-15a"):
+        (results / f"{r}.json").write_text(json.dumps(docs[r]))
+    text = render.render(results, tmp_path / "RESULTS.md")
+    row = {r: next(x for x in text.splitlines() if x.endswith(f"`--rows {r}` |")) for r in ("t1-8m", "t2-8a", "t2-15a")}
+    assert "| 32 | 7 |" in row["t2-8a"] and "| 32 | 43 |" in row["t2-15a"] and "| – | – |" in row["t1-8m"]
+    assert render.training_seeds({"training": {"x-train": {"steps": 3}}}) == "not kept"
+
+
 def test_trained_rows_below_the_untrained_model_are_marked_not_properly_trained(tmp_path):
     # t1-8m: a drop without training; t2-19m trained and clearly worse than untrained; effir trained, not worse;
     # gapft-random-50: trained, then pruned one-shot (its loss is the pruning's, not a failed training)

@@ -92,6 +92,23 @@ def training_steps(doc: dict) -> str:
     return " + ".join(steps) if steps else "–"
 
 
+def training_seeds(doc: dict) -> str:
+    """The training seed(s) of a row (a verdict needs two): kept with its training, or read from the training
+    stage's command in rows made before the seed was kept."""
+    import shlex
+    commands = {st.get("name"): st.get("command") for st in doc.get("stages") or []}
+    seeds = []
+    for name, run in (doc.get("training") or {}).items():
+        seed = run.get("seed")
+        if seed is None and commands.get(name):
+            argv = shlex.split(commands[name])
+            seed = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--seed"), None)
+        seed = "not kept" if seed is None else str(seed)
+        if seed not in seeds:
+            seeds.append(seed)
+    return ", ".join(seeds) if seeds else "–"
+
+
 def under_trained(docs: dict) -> dict[str, dict]:
     """Trained rows that score clearly *below the untrained model* on the bar task (scifact_small): their
     training failed, and a finding counts only from properly trained models. Row -> paired interval."""
@@ -119,7 +136,7 @@ def render_table(table: Table, docs: dict, tasks: list[str], results: Path, md: 
     means = len(tasks) > 1                    # one task: its mean would repeat its cell
     head = ["row", *[f"{t} nDCG@10" for t in tasks], *(["mean"] if means else []), "params"]
     head += ["doc speed-up", "query speed-up"] if speed_cols else []
-    head += ["train steps", "min", "run"]
+    head += ["train steps", "seed", "min", "run"]
     lines = [f"### {table.title}", "", table.note, "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     failed = under_trained(docs)
@@ -130,7 +147,7 @@ def render_table(table: Table, docs: dict, tasks: list[str], results: Path, md: 
         if r not in docs:
             cells = [name, *["pending"] * len(tasks), *(["pending"] if means else []), "–"]
             cells += ["–", "–"] if speed_cols else []
-            lines.append("| " + " | ".join(cells + ["–", "–", run]) + " |")
+            lines.append("| " + " | ".join(cells + ["–", "–", "–", run]) + " |")
             continue
         doc, c = docs[r], cmp["rows"].get(r, {})
         mean = compare.scored(c.get("mean"), c.get("mean_delta"))
@@ -140,7 +157,7 @@ def render_table(table: Table, docs: dict, tasks: list[str], results: Path, md: 
             sp = doc.get("speed") or {}
             one = "1.00× (baseline)" if r == "dense" and not sp else "–"
             cells += [f"{sp['document']:.2f}×" if sp else one, f"{sp['query']:.2f}×" if sp else one]
-        cells += [training_steps(doc), fmt_minutes(doc), run]
+        cells += [training_steps(doc), training_seeds(doc), fmt_minutes(doc), run]
         lines.append("| " + " | ".join(cells) + " |")
     if table.reference not in docs:
         lines += ["", f"No intervals yet: the reference row `{table.reference}` is pending."]
@@ -228,7 +245,9 @@ def render(results: Path, md: Path) -> str:
            "`dsprune.eval.bootstrap`); *mean* is over the tasks, its interval resamples queries per task. "
            "Speed-ups are measured by `dsprune bench` in one run (±0.1 between runs). *min*: wall minutes of the "
            "row's stages on 2 CPU cores (a shared stage such as scoring counts in every row that uses it; *+*: a "
-           "training stage resumed from a checkpoint and only its last run is counted). "
+           "training stage resumed from a checkpoint and only its last run is counted). *seed*: the row's "
+           "training seed(s), from its training stages; a verdict needs two seeds with the same sign, so a row "
+           "with one seed decides none (*not kept*: the row's JSON does not hold it). "
            "*run*: `.venv/bin/python benchmarks/reproduce.py --rows ROW`.", "",
            "**Scaled settings** (2 CPU cores; the papers' settings in brackets):", ""]
     out += [f"- {k}: {v}" for k, v in SCALED.items()] + learning_rates(docs) + [""]

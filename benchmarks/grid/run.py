@@ -172,17 +172,21 @@ def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, conf
     training = {}
     if row.name == "dense":       # trained outside the grid by benchmarks/train_dense.py
         man = Path(ctx.a.dense).parent / formats.MANIFEST
-        figs = formats.read_json(man).get("figures", {}) if man.is_file() else {}
+        info = formats.read_json(man) if man.is_file() else {}
+        figs = info.get("figures", {})
         if figs:
-            training["train_dense.py"] = {k: figs.get(k) for k in ("steps", "train_seconds", "first_loss", "final_loss")}
+            training["train_dense.py"] = {**{k: figs.get(k) for k in ("steps", "train_seconds", "first_loss",
+                                                                      "final_loss")},
+                                          "seed": (info.get("config") or {}).get("seed")}
     mask = model_info.get("mask")
     for s in stages:
         if s.get("launcher") == "train":
             man = folder(s["name"]) / formats.MANIFEST
             run_info = formats.read_json(man) if man.is_file() else {}
             figs = run_info.get("figures", {})
-            training[s["name"]] = {k: figs.get(k) for k in ("steps", "train_seconds", "first_loss", "final_loss",
-                                                            "resumed_from")}
+            training[s["name"]] = {**{k: figs.get(k) for k in ("steps", "train_seconds", "first_loss", "final_loss",
+                                                               "resumed_from")},
+                                   "seed": (run_info.get("config") or {}).get("seed")}
             mask = mask or run_info.get("mask")   # models retrained before their manifest named the held mask
     stage_info = [{"name": s["name"], "status": report[s["name"]]["status"],
                    "seconds": report[s["name"]].get("seconds"),
