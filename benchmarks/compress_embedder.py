@@ -34,9 +34,14 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                      "rows": {"drop + distill": "1.5× plan: drop + distill", "drop only": "1.5× plan: drop only"}},
             # EffiR Table 3's pair at the same target: fewer drops + self-slimming against the main run's deeper drop
             "slim": {"label": "coarse drop + slim", "recipe": "recipes/compress-embedder-slim.yaml", "set": {},
-                     "rows": {"drop + distill": "drop + slim + distill", "drop only": "drop + slim only"}}}
+                     "rows": {"drop + distill": "drop + slim + distill", "drop only": "drop + slim only"}},
+            # the same plan and drop, another distillation seed: only the trained row is new
+            "seed2": {"label": "second training seed", "set": {"distill.seed": 43},
+                      "rows": {"drop + distill": "drop + distill, seed 43"}, "share": ("plan", "drop", "eval-drop")}}
 # stages a variant can take from the main run as they are: they read no stage the variant changes
 SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm")
+# the pair that says whether the distillation recovers anything, paired per query within one run
+RECOVERY = ("eval", "eval-drop")
 
 
 def out_of(variant: str) -> Path:
@@ -63,7 +68,7 @@ def share_finished_stages(variant: str) -> None:
     """Hard-link the main run's finished stages that the variant would compute identically (the recipe then
     finds their stamps and reuses them)."""
     import shutil
-    for name in SHARED_STAGES:
+    for name in SHARED_STAGES + VARIANTS[variant].get("share", ()):
         src, dst = OUT / name, out_of(variant) / name
         if (src / "stage.json").is_file() and not dst.exists():
             dst.parent.mkdir(parents=True, exist_ok=True)
@@ -101,9 +106,30 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
     bench = formats.read_json(bench, "bench") if bench.is_file() else {}
     doc["bench_pairs"] = {k: bench[k]["speedup_pairs"] for k in ("document", "query")
                           if "speedup_pairs" in bench.get(k, {})}
+    doc["recovery"] = recovery(out)
     if variant:
         doc["against_main"] = against_main(main, out, variant)
+    keep_version(doc, results / f"{name_of(variant)}.json")
     return keep_results(doc, out, results, name_of(variant))
+
+
+def keep_version(doc: dict, dest: Path) -> None:
+    """Collecting a finished run again (new fields from the same stages) keeps the code version that made its
+    numbers, and names the one that collected it."""
+    if dest.is_file():
+        old = formats.read_json(dest, "compress-embedder results")
+        if old.get("report") == doc["report"] and old.get("code_version") != doc["code_version"]:
+            doc["recollected_by"] = doc["code_version"]
+            doc["code_version"] = old.get("code_version")
+
+
+def recovery(out: Path) -> dict:
+    """The distilled model − the same pruned model without recovery, paired per query: the training's own
+    effect in this run, at its seed."""
+    entries = compare.load_entries([str(out / s) for s in reversed(RECOVERY)], [], ["pruned", "distilled"])
+    row = compare.compare(entries)["rows"][1]
+    return {"stages": list(RECOVERY), "mean_delta": row.get("mean_delta"),
+            "tasks": {t: c.get("delta") for t, c in row["tasks"].items() if c}}
 
 
 def against_main(main: Path, out: Path, variant: str) -> dict:
@@ -111,7 +137,9 @@ def against_main(main: Path, out: Path, variant: str) -> dict:
     the variant against the main run, which two intervals to the unpruned model do not answer)."""
     found = {}
     for stage, main_label in (("eval", "drop + distill"), ("eval-drop", "drop only")):
-        label = VARIANTS[variant]["rows"][main_label]
+        label = VARIANTS[variant]["rows"].get(main_label)
+        if label is None:      # the variant shares this model with the main run
+            continue
         entries = compare.load_entries([str(main / stage), str(out / stage)], [], [main_label, label])
         row = compare.compare(entries)["rows"][1]
         found[label] = {"against": main_label, "trained": stage == "eval", "mean_delta": row.get("mean_delta"),

@@ -1,6 +1,7 @@
 """benchmarks/compress_embedder.py: the compress-embedder recipe's report, plan and distillation summary are
 kept with their command, and RESULTS.md shows them with the retention of every model."""
 import json
+import shutil
 
 import pytest
 
@@ -61,6 +62,7 @@ def _fake_run(tmp_path, recipe=ce.RECIPE, out_name="out", slim_ratio=0.0, rename
     evals = tmp_path / f"evals-{out_name}"
     for i, name in enumerate(labels):
         _results(evals / name, labels[name][1], i)
+        shutil.copy(evals / name / "results.json", out / name / "results.json")
     entries = compare.load_entries([str(evals / n) for n in labels], [], [v[0] for v in labels.values()])
     (out / "report" / "report.json").write_text(json.dumps(compare.compare(entries)))
     (out / "bench" / "bench.json").write_text(json.dumps({"document": {"speedup_pairs": {
@@ -85,7 +87,6 @@ def test_collect_and_render(tmp_path):
     assert "documents median 1.90× of 3 alternating pairs (min–max 1.80–2.10×)" in section
     # a variant's model rows join the table under its label, against the same unpruned row, and each is paired
     # with the main run's model of the same stage
-    import shutil
     vout = tmp_path / "out-last"
     shutil.copytree(out, vout)
     for stage, mean in (("eval", 0.7), ("eval-drop", 0.2)):
@@ -114,15 +115,11 @@ def test_collect_and_render(tmp_path):
 
 def test_a_variant_with_its_own_recipe_joins_the_table(tmp_path):
     """The slim variant names its rows itself and says which recipe and slimming ratio it ran."""
-    import shutil
     out, results = _fake_run(tmp_path), tmp_path / "results"
     results.mkdir()
     ce.collect({}, out, results)
     vout = _fake_run(tmp_path, ce.recipe_of("slim"), "out-slim", 0.5,
                      {"eval": ("drop + slim + distill", 0.75), "eval-drop": ("drop + slim only", 0.3)})
-    for stage in ("eval", "eval-drop"):
-        for run in (out, vout):
-            shutil.copy(tmp_path / f"evals-{run.name}" / stage / "results.json", run / stage / "results.json")
     vdoc = json.loads(ce.collect({}, vout, results, "slim", main=out).read_text())
     assert vdoc["recipe"] == "recipes/compress-embedder-slim.yaml" and vdoc["plan"]["slim_ratio"] == 0.5
     assert vdoc["command"].startswith("dsprune run --recipe recipes/compress-embedder-slim.yaml --out")
@@ -131,3 +128,48 @@ def test_a_variant_with_its_own_recipe_joins_the_table(tmp_path):
     assert "| drop + slim + distill |" in section and "| drop + slim only |" in section
     assert "`recipes/compress-embedder-slim.yaml` (the same stages plus `slim` and `mask`)" in section
     assert "slims the kept MLPs by 0.5" in section
+
+
+def _with_seed(out, seed):
+    man = json.loads((out / "distill" / "manifest.json").read_text())
+    man["config"]["seed"] = seed
+    (out / "distill" / "manifest.json").write_text(json.dumps(man))
+
+
+def test_a_second_seed_of_the_same_plan_gives_the_recovery_verdict(tmp_path):
+    """distilled − no recovery is paired per query in each run; two seeds above 0 make a verdict, one does not."""
+    out, results = _fake_run(tmp_path), tmp_path / "results"
+    results.mkdir()
+    _with_seed(out, 42)
+    doc = json.loads(ce.collect({}, out, results).read_text())
+    assert doc["recovery"]["mean_delta"]["low"] > 0.3      # 0.7 against 0.2
+    section = render.render(results, tmp_path / "RESULTS.md")
+    assert "Recovery at the main plan (distilled − no recovery, paired per query, mean over the tasks): seed 42: " \
+           f"{interval(doc['recovery']['mean_delta'])}. One training seed: not a verdict." in section
+    vout = _fake_run(tmp_path, out_name="out-seed2", renamed={"eval": ("drop + distill", 0.72)})
+    _with_seed(vout, 43)
+    # the second seed shares the pruned model's evaluation
+    shutil.copy(out / "eval-drop" / "results.json", vout / "eval-drop" / "results.json")
+    assert "eval-drop" in ce.VARIANTS["seed2"]["share"]
+    vdoc = json.loads(ce.collect({}, vout, results, "seed2", main=out).read_text())
+    assert set(vdoc["against_main"]) == {"drop + distill, seed 43"}
+    section = render.render(results, tmp_path / "RESULTS.md")
+    assert "| drop + distill, seed 43 |" in section and "drop only, seed" not in section
+    assert f"seed 42: {interval(doc['recovery']['mean_delta'])}; seed 43: " \
+           f"{interval(vdoc['recovery']['mean_delta'])}. Verdict (2 seeds, every interval above 0): the " \
+           "distillation recovers quality at this plan." in section
+    # a seed whose interval reaches 0 withholds the verdict
+    vdoc["recovery"]["mean_delta"]["low"] = -0.01
+    (results / "compress_embedder_seed2.json").write_text(json.dumps(vdoc))
+    assert "No verdict: the 2 seeds' intervals do not all exclude 0" in render.render(results, tmp_path / "RESULTS.md")
+
+
+def test_recollecting_keeps_the_code_version_that_made_the_numbers(tmp_path):
+    out, results = _fake_run(tmp_path), tmp_path / "results"
+    results.mkdir()
+    dest = ce.collect({}, out, results)
+    doc = json.loads(dest.read_text())
+    doc["code_version"] = "0000000"
+    dest.write_text(json.dumps(doc))
+    again = json.loads(ce.collect({}, out, results).read_text())
+    assert again["code_version"] == "0000000" and again["recollected_by"] != "0000000"

@@ -20,6 +20,7 @@ from .._common import REPO
 from .render_dai_modes import dai_tag, render_dai_modes
 from .render_drop_position import render_drop_position
 from .render_first_loss import effir_start_lines
+from .render_seeds import recovery_lines
 from .render_overlap import render_overlap
 from .render_table1 import render_table1
 from .render_throughput import render_throughput
@@ -387,7 +388,8 @@ def render_compress(results: Path, md: Path) -> list[str]:
     out = [f"## {d['title']}", "",
            f"`.venv/bin/python benchmarks/compress_embedder.py` runs `{d['command']}` ({d.get('code_version')}, "
            f"{minutes:.0f} min of stages on 2 CPU cores) and keeps the recipe's `report` stage. The reference is "
-           "the unpruned model; one training seed, so no row is called better or worse here.", "",
+           "the unpruned model. Each row is one training seed (seed in the distillation's settings below); a row "
+           "is called better or worse only where two seeds agree, which is said below.", "",
            f"- **Plan** (`dsprune plan`, target {plan['target_speedup']}× by FLOPs at {plan['seq_len']} tokens): "
            f"drop {len(plan['attn'])} attention sub-layers {plan['attn']} and {len(plan['mlp'])} MLPs "
            f"{plan['mlp']} of {plan['num_layers']}, slimming {plan['slim_ratio']}; FLOP ratio "
@@ -396,8 +398,8 @@ def render_compress(results: Path, md: Path) -> list[str]:
            f"{cfg['per_device_batch_size']} items per rank × 2 ranks, data {cfg['distill_data']}, learning rate "
            f"{cfg['learning_rate']}"
            f"{f' ({w} warm-up steps, then linear decay)' if (w := cfg.get('warmup_steps')) is not None else ''}, "
-           f"{'LoRA' if cfg['lora'] else 'full parameters'}{frozen}; loss {dist['first']['loss']:.4f} at the "
-           f"first step, {dist['last']['loss']:.4f} at the last.",
+           f"{'LoRA' if cfg['lora'] else 'full parameters'}{frozen}, seed {cfg.get('seed')}; loss "
+           f"{dist['first']['loss']:.4f} at the first step, {dist['last']['loss']:.4f} at the last.",
            "- **Confound:** the distillation text holds passages of the SciFact corpus (scifact_small's documents "
            "are a subset) and the FinanceBench corpus, unlabelled; no test query or test label."]
     if dist.get("curve"):
@@ -410,16 +412,19 @@ def render_compress(results: Path, md: Path) -> list[str]:
                    f"only, never used to pick a checkpoint): " + ", ".join(points) + ".")
     for v in variants:
         vp = v["plan"]
+        vseed = v["distill"]["config"].get("seed")
         how = (f"`{v['recipe']}` (the same stages plus `slim` and `mask`)" if v["recipe"] != d["recipe"] else
                "the same recipe with " + ", ".join(f"`{k}={x}`" for k, x in v["variant"]["set"].items()))
         slimmed = f", slims the kept MLPs by {vp['slim_ratio']}" if vp.get("slim_ratio") else ""
         out.append(f"- **{v['variant']['label']}** (`{v['command']}`): {how}: drops "
                    f"{len(vp['attn'])} attention and {len(vp['mlp'])} MLP sub-layers {vp['mlp']}{slimmed}, FLOP "
-                   f"ratio {vp['flop_ratio']:.3f}×, then the same distillation ({v['distill']['steps']} steps).")
+                   f"ratio {vp['flop_ratio']:.3f}×, then the same distillation ({v['distill']['steps']} steps, "
+                   f"seed {vseed}).")
         for label, a in (v.get("against_main") or {}).items():
             out.append(f"  - {label} − {a['against']}, paired per query, mean over the tasks: "
                        f"{interval(a['mean_delta'])}"
                        + (" (one training seed: not a verdict)." if a.get("trained") else " (no training)."))
+    out += recovery_lines(d, variants)
     out.append("")
     for r in table["rows"]:
         if r is not ref and r.get("mean") is not None and ref.get("mean"):
