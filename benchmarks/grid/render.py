@@ -374,9 +374,9 @@ def render_compress(results: Path, md: Path) -> list[str]:
     """A trained embedder through recipes/compress-embedder.yaml (benchmarks/compress_embedder.py), with the
     model rows of its variants (``compress_embedder_<variant>.json``) in the same table."""
     p = results / "compress_embedder.json"
-    if not p.is_file():
+    d = section_result(p, {"title", "command", "report", "plan", "distill", "stages"}, "benchmarks/compress_embedder.py")
+    if d is None:
         return []
-    d = formats.read_json(p, "compress-embedder results")
     table, plan, dist = d["report"], d["plan"], d["distill"]
     cfg = dist["config"]
     minutes = sum(s.get("seconds") or 0 for s in d["stages"]) / 60
@@ -459,8 +459,9 @@ def variant_rows(v: dict, ref: dict) -> list[dict]:
 
 def render_int8(results: Path) -> list[str]:
     """Padding by token count and int8 inference (benchmarks/int8_padding.py)."""
-    p = results / "int8_padding.json"
-    return int8_section(formats.read_json(p, "int8/padding results")) if p.is_file() else []
+    d = section_result(results / "int8_padding.json", {"title", "command", "padding", "report"},
+                       "benchmarks/int8_padding.py")
+    return int8_section(d) if d is not None else []
 
 
 def int8_section(d: dict) -> list[str]:

@@ -9,7 +9,7 @@ import os
 import shlex
 from pathlib import Path
 
-from dsprune import formats
+from .section import section_result
 
 MODES_JSON = "dai_modes.json"
 
@@ -67,9 +67,10 @@ def rows_used(docs: dict) -> str:
 def render_dai_modes(results: Path, docs: dict) -> list[str]:
     """The section of RESULTS.md: every mode's mask against magnitude's, and the negative Fisher tail."""
     p = results / MODES_JSON
-    if not p.is_file():
+    d = section_result(p, {"title", "command", "runs", "modes", "tails", "sparsity"},
+                       "benchmarks/dai_modes.py")
+    if d is None:
         return []
-    d = formats.read_json(p, "DAI modes results")
     runs = d["runs"]
     pct = f"{d['sparsity']:.0%}"
     out = [f"## {d['title']}", "",

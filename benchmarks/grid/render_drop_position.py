@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsprune import formats
 from dsprune.report import compare
+
+from .section import section_result
 
 RESULTS_FILE = "drop_position.json"
 
 
 def render_drop_position(results: Path) -> list[str]:
-    p = results / RESULTS_FILE
-    return drop_position_section(formats.read_json(p, "drop position results")) if p.is_file() else []
+    d = section_result(results / RESULTS_FILE, {"title", "command", "report", "model", "variants", "contrasts"},
+                       "benchmarks/drop_position.py")
+    return drop_position_section(d) if d is not None else []
 
 
 def verdict(c: dict) -> str:

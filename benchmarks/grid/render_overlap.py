@@ -5,16 +5,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dsprune import formats
+from .section import section_result
 
 OVERLAP_JSON = "scifact_overlap.json"
 
 
 def render_overlap(results: Path) -> list[str]:
     p = results / OVERLAP_JSON
-    if not p.is_file():
+    d = section_result(p, {"command", "test_queries", "test_queries_sharing_a_relevant_document", "fraction"},
+                       "benchmarks/scifact_overlap.py")
+    if d is None:
         return []
-    d = formats.read_json(p, "SciFact overlap results")
     return ["## SciFact is an in-domain evaluation here", "",
             f"{d['test_queries_sharing_a_relevant_document']} of the {d['test_queries']} SciFact test queries "
             f"({d['fraction']:.0%}; the queries scifact_small and full SciFact score) have a relevant abstract that "
