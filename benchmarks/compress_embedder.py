@@ -39,7 +39,7 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
             "seed2": {"label": "second training seed", "set": {"distill.seed": 43},
                       "rows": {"drop + distill": "drop + distill, seed 43"}, "share": ("plan", "drop", "eval-drop")}}
 # stages a variant can take from the main run as they are: they read no stage the variant changes
-SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm")
+SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm", "bench-minilm")
 # the pair that says whether the distillation recovers anything, paired per query within one run
 RECOVERY = ("eval", "eval-drop")
 

@@ -89,7 +89,49 @@ def test_bench_refuses_models_whose_tokenizers_differ(models, tmp_path, capsys):
                  "--data", str(data), *SMALL, "--repeats", "1"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]   # beside load progress bars
     assert len(err) == 1 and err[0].startswith("error: the model's and the baseline's tokenizers differ (vocab")
+    assert "--same_texts" in err[0]
     assert not out.exists()
+
+
+def test_same_texts_times_models_with_different_tokenizers_on_their_own_tokens(models, tmp_path, capsys):
+    """A small model a user would pick instead: each model tokenises the same texts itself, and the FLOP ratio
+    counts each one's own padded positions at its batch lengths."""
+    from dsprune.encoder import Encoder
+    from dsprune.eval.speed import flops_per_token, own_batches, sample_texts
+
+    root, data = models
+    other = tmp_path / "bert"
+    tiny_encoder("bert").save(other)
+    out = tmp_path / "bench"
+    assert main(["bench", "--model", str(other), "--baseline", str(root / "full"), "--out", str(out),
+                 "--data", str(data), *SMALL, "--repeats", "1", "--same_texts"]) == 0
+    doc = json.loads((out / "bench.json").read_text())
+    docs, _ = sample_texts(data, 6, 4, 0)
+    per_text = {}
+    for role, path in (("model", other), ("baseline", root / "full")):
+        enc = Encoder.load(path)
+        batches = own_batches(enc, docs, "passage", 3, 16)
+        assert doc["document"][role]["positions"] == sum(b["input_ids"].numel() for b in batches)
+        per_text[role] = sum(b["input_ids"].shape[0] * b["input_ids"].shape[1]
+                             * flops_per_token(enc, b["input_ids"].shape[1])["total"] for b in batches) / len(docs)
+    assert doc["document"]["same_texts"] is True
+    assert doc["document"]["flop_ratio"] == pytest.approx(per_text["baseline"] / per_text["model"])
+    assert "same texts, each model with its own tokenizer" in capsys.readouterr().out
+
+
+def test_fixed_length_flop_ratio_is_the_per_token_ratio(models, tmp_path):
+    from dsprune.encoder import Encoder
+    from dsprune.eval.speed import flops_per_token
+
+    root, data = models
+    out = tmp_path / "bench"
+    assert main(["bench", "--model", str(root / "pruned"), "--baseline", str(root / "full"), "--out", str(out),
+                 "--data", str(data), *SMALL, "--repeats", "1"]) == 0
+    doc = json.loads((out / "bench.json").read_text())
+    fpt = {r: flops_per_token(Encoder.load(root / n), 16)["total"] for r, n in (("model", "pruned"), ("baseline", "full"))}
+    assert doc["document"]["flop_ratio"] == pytest.approx(fpt["baseline"] / fpt["model"])
+    assert doc["document"]["same_texts"] is False
+    assert doc["document"]["model"]["positions"] == 6 * 16
 
 
 def test_score_compare_forward_times_alternating_pairs(models, tmp_path, texts):

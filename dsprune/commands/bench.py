@@ -41,6 +41,9 @@ class Args(ModelArgs):
     compile: bool = field(default=False, metadata={"help": "torch.compile both models"})
     threads: Optional[int] = field(default=None, metadata={"help": "torch threads (default: OMP_NUM_THREADS "
                                                                    "or torch's choice)"})
+    same_texts: bool = field(default=False, metadata={
+        "help": "each model tokenises the same texts itself (truncated at doc_len/query_len, padded per batch): "
+                "for models with different tokenizers, e.g. a small model a user might pick instead"})
     seed: int = 0
     overwrite: bool = False
 
@@ -73,7 +76,7 @@ def run(args: Args) -> int:
             prints[role] = quantized_fingerprint(fingerprint(p.parent if path.endswith(".gguf") else p), quantize)
         logger.info(f"timing {len(docs)} documents and {len(queries)} queries, {args.repeats} alternating pairs")
         res = speed.bench(models, docs, queries, args.doc_batch, args.doc_len, args.query_batch, args.query_len,
-                          args.repeats, args.warmup, args.compile)
+                          args.repeats, args.warmup, args.compile, same_texts=args.same_texts)
         threads = torch.get_num_threads()
     doc = {"model": str(Path(args.model).resolve()), "baseline": str(Path(args.baseline).resolve()),
            "fingerprint": prints, "data": str(folder), "threads": threads,
@@ -115,6 +118,9 @@ def summary(doc: dict) -> str:
                      f"{r['baseline']['flops_per_token']['total'] / 1e6:>11.2f} {r['flop_ratio']:>10.3f} "
                      f"{r['speedup_over_flop_ratio']:>13.3f}")
     first = doc["document"]
+    if first.get("same_texts"):
+        lines.append("same texts, each model with its own tokenizer (truncated at the length, padded per batch): "
+                     "MFLOP/tok is at the full length; the FLOP ratio counts each model's own padded positions")
     lines.append(f"speed-up: median of {first['pairs']} alternating model/baseline pairs (min–max over the pairs)"
                  + ("" if first["flop_bound"] else "; the model computes in int8, the baseline in float: the FLOP "
                     "ratio counts the same multiply-adds and does not bound the speed-up"))

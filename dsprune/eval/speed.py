@@ -131,6 +131,26 @@ def sample_texts(folder: str | Path, n_docs: int, n_queries: int, seed: int = 0)
     return rng.sample(docs, n_docs), rng.sample(queries, n_queries)
 
 
+def own_batches(enc: Encoder, texts: list[str], kind: str, batch_size: int, length: int) -> list[dict]:
+    """The Encoder's own tokenisation truncated at ``length`` and padded per batch, as ``encode`` runs it: what
+    two models with different tokenizers compute for the same texts."""
+    batches = []
+    for i in range(0, len(texts), batch_size):
+        b = enc.tokenize(texts[i:i + batch_size], kind=kind, max_length=length)
+        batches.append({"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]})
+    return batches
+
+
+def flops_per_text(enc: Encoder, batches: list[dict]) -> float:
+    """Forward FLOPs per text over ``batches``, every padded position counted at its batch's length."""
+    total = n = 0
+    for b in batches:
+        rows, length = b["input_ids"].shape
+        total += rows * length * flops_per_token(enc, length)["total"]
+        n += rows
+    return total / n
+
+
 def fixed_batches(enc: Encoder, texts: list[str], kind: str, batch_size: int, length: int) -> list[dict]:
     """Tokenise with the Encoder's own tokenisation, truncate and pad every batch to exactly ``length``."""
     batches = []
@@ -248,16 +268,21 @@ def flat_index_latency(docs: torch.Tensor, queries: torch.Tensor, k: int = 10, r
 
 def bench(models: dict[str, Encoder], docs: list[str], queries: list[str], doc_batch: int = 16,
           doc_len: int = 256, query_batch: int = 64, query_len: int = 32, pairs: int = 5, warmup: int = 1,
-          compile: bool = False, latency_k: int = 10) -> dict:
+          compile: bool = False, latency_k: int = 10, same_texts: bool = False) -> dict:
     """Throughput of each model on the same texts; ``models`` = {"model": enc, "baseline": enc}.
 
     ``speedup`` is the median over ``pairs`` alternating pairs of baseline/model seconds (``speedup_pairs``
     holds its min–max); the FLOP ratio bounds it only when both models compute in the same number format
-    (``flop_bound``), so an int8 model against a float32 one is not held to it."""
+    (``flop_bound``), so an int8 model against a float32 one is not held to it. By default every batch is
+    padded to exactly the length asked, which needs one tokenizer; ``same_texts`` lets each model tokenise the
+    texts itself (truncated at that length, padded per batch), so models with different tokenizers compare
+    on the same texts, and the FLOP ratio counts each one's own positions."""
     differ = tokenizer_difference(models["model"], models["baseline"])
-    if differ:
+    if differ and not same_texts:
         raise DsPruneError(f"the model's and the baseline's tokenizers differ ({differ}): at the same token length "
-                           "they encode different text, so their speed-up would not compare like with like")
+                           "they encode different text, so their speed-up would not compare like with like "
+                           "(--same_texts times each on the same texts with its own tokenizer)")
+    make_batches = own_batches if same_texts else fixed_batches
     fns, devices = {}, {}
     for n, enc in models.items():
         enc.eval()
@@ -267,7 +292,7 @@ def bench(models: dict[str, Encoder], docs: list[str], queries: list[str], doc_b
     embeddings: dict = {}
     for kind, texts, bs, length in (("document", docs, doc_batch, doc_len), ("query", queries, query_batch,
                                                                               query_len)):
-        batches = {n: fixed_batches(enc, texts, "passage" if kind == "document" else "query", bs, length)
+        batches = {n: make_batches(enc, texts, "passage" if kind == "document" else "query", bs, length)
                    for n, enc in models.items()}
         runs = {n: (lambda n=n: _run(fns[n], batches[n], devices[n])) for n in models}
         times, last = time_pairs(runs, pairs, warmup, desc=f"timed {kind} pairs")
@@ -276,15 +301,17 @@ def bench(models: dict[str, Encoder], docs: list[str], queries: list[str], doc_b
         for n, ts in times.items():
             med = statistics.median(ts)
             real = int(sum(int(b["attention_mask"].sum()) for b in batches[n]))
+            positions = sum(b["input_ids"].numel() for b in batches[n])
             res[n] = {"seconds": ts, "median_s": med, "texts_per_s": len(texts) / med,
-                      "tokens_per_s": len(texts) * length / med, "real_tokens": real,
-                      "quantize": models[n].quantized, "flops_per_token": flops_per_token(models[n], length)}
+                      "tokens_per_s": positions / med, "positions": positions, "real_tokens": real,
+                      "quantize": models[n].quantized, "flops_per_token": flops_per_token(models[n], length),
+                      "flops_per_text": flops_per_text(models[n], batches[n])}
         res["speedup_pairs"] = pair_ratios(times["baseline"], times["model"])
         res["speedup"] = res["speedup_pairs"]["median"]
-        res["flop_ratio"] = res["baseline"]["flops_per_token"]["total"] / res["model"]["flops_per_token"]["total"]
+        res["flop_ratio"] = res["baseline"]["flops_per_text"] / res["model"]["flops_per_text"]
         res["speedup_over_flop_ratio"] = res["speedup"] / res["flop_ratio"]
         res["flop_bound"] = models["model"].quantized == models["baseline"].quantized
-        res.update(texts=len(texts), batch_size=bs, length=length, pairs=pairs)
+        res.update(texts=len(texts), batch_size=bs, length=length, pairs=pairs, same_texts=same_texts)
         out[kind] = res
     out["warnings"] = [w for k in ("document", "query") if (w := speed_warning(k, out[k]))]
     params = {n: count_weights(enc.model) for n, enc in models.items()}
