@@ -36,9 +36,9 @@ def test_weight_methods_match_their_implementations():
         methods.score_weights("fisher_dom", ctx)
 
 
-def test_gates_are_relu_of_z():
+def test_gates_keep_z_so_ties_at_relu_zero_can_break_by_it():
     out = methods.get("gates", "neuron")({0: torch.tensor([-1.0, 0.5]), 2: torch.tensor([[2.0, -3.0]])})
-    assert out[0].tolist() == [0.0, 0.5] and out[2].tolist() == [2.0, 0.0]
+    assert out[0].tolist() == [-1.0, 0.5] and out[2].tolist() == [2.0, -3.0]
 
 
 def test_dai_params_check_names_the_option():

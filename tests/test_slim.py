@@ -129,6 +129,16 @@ def test_global_ranking_removes_exactly_round_r_n(ratio):
     assert all(torch.equal(keep[i], again[i]) for i in keep)
 
 
+def test_gates_below_zero_go_in_order_of_z_not_of_layer():
+    """More gates at ReLU(z) = 0 than the ratio removes: the ones furthest below zero go, wherever they sit."""
+    values = {0: torch.tensor([-0.01, -0.02, 0.5, 0.6]), 1: torch.tensor([-0.3, -0.2, 0.7, 0.8]),
+              2: torch.tensor([-0.1, -0.05, 0.9, 1.0])}
+    keep = slim.global_mask(values, 0.25)                 # 3 of the 6 gates below zero go
+    removed = sorted(float(values[i][j]) for i in keep for j in (~keep[i]).nonzero().flatten().tolist())
+    assert removed == pytest.approx([-0.3, -0.2, -0.1])
+    assert keep[0].all() and keep[2][1]                  # not the first layers' by position
+
+
 def test_ranking_refuses_bad_ratios_and_empty_layers():
     values = {0: torch.full((10,), 0.01), 1: torch.ones(30)}
     for bad in (-0.1, 1.0, 1.5, float("nan")):

@@ -143,7 +143,7 @@ def _cosine(enc, texts, batch_size: int = 8, max_length: int | None = None, show
     return score_layers(enc, texts, batch_size, max_length, show_progress=show_progress)
 
 
-@register("gates", "neuron", "self-slimming: ReLU(z) of each MLP neuron's gate")
+@register("gates", "neuron", "self-slimming: each MLP neuron's gate z, ranked as ReLU(z) with ties at 0 "
+                            "broken by z")
 def _gates(values: dict) -> dict:
-    import torch
-    return {i: torch.relu(v.flatten().float()) for i, v in values.items()}
+    return {i: v.flatten().float() for i, v in values.items()}

@@ -8,7 +8,9 @@ is the **mean** over all gates — the soft fraction of active neurons, between 
 summed form is ``normalise="sum"``.
 
 Mask (EffiR §5.1): rank ReLU(z) of every kept MLP globally, set the lowest ``round(r·N)`` to 0 and the
-rest to 1. Layer indices are the original model's; the result is the shared structured mask format
+rest to 1. The penalty drives many gates below zero, where ReLU(z) ties at 0 — often more of them than the
+ratio removes — so ties break by z itself (the further below zero, the sooner a neuron goes), which orders
+the positive gates exactly as ReLU(z) does; breaking them by position would let the layer order choose. Layer indices are the original model's; the result is the shared structured mask format
 (``mlp.<layer>`` -> bool[width], ``formats.write_mask``).
 """
 from __future__ import annotations
@@ -63,8 +65,9 @@ def check_ratio(ratio: float) -> float:
 def global_mask(values: dict[int, torch.Tensor], ratio: float, min_per_layer: int = 0) -> dict[int, torch.Tensor]:
     """layer -> bool[width] (True = kept): the lowest ``round(ratio·N)`` of ReLU(z) across all layers go.
 
-    Ties break by (layer, neuron) so the mask is deterministic. ``min_per_layer`` protects each layer's
-    top-k gates from removal; without it a mask that would empty a layer is refused.
+    ``values`` are the gates z (``methods`` "gates" gives ReLU(z)) or any importance; ties at ReLU(z) = 0
+    break by z (module doc), then by (layer, neuron), so the mask is deterministic. ``min_per_layer``
+    protects each layer's top-k gates from removal; without it a mask that would empty a layer is refused.
     """
     ratio = check_ratio(ratio)
     if not values:
@@ -81,7 +84,7 @@ def global_mask(values: dict[int, torch.Tensor], ratio: float, min_per_layer: in
     n_remove = int(round(ratio * total))
     vals, lay, idx, protected = [], [], [], []
     for i in layers:
-        v = torch.relu(values[i].flatten().float())
+        v = values[i].flatten().float()       # ranked as z: ReLU(z)'s order, its zeros ordered by z
         keep_top = torch.zeros(v.numel(), dtype=torch.bool)
         if min_per_layer:
             # the layer's strongest gates (ties: lower index first) are never candidates
