@@ -114,11 +114,11 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
 
 
 def keep_version(doc: dict, dest: Path) -> None:
-    """Collecting a finished run again (new fields from the same stages) keeps the code version that made its
-    numbers, and names the one that collected it."""
+    """Collecting a run again whose training is the one already kept (new fields or stages added around the
+    same distillation) keeps the code version that trained it, and names the one that collected it."""
     if dest.is_file():
         old = formats.read_json(dest, "compress-embedder results")
-        if old.get("report") == doc["report"] and old.get("code_version") != doc["code_version"]:
+        if old.get("distill") == doc["distill"] and old.get("code_version") != doc["code_version"]:
             doc["recollected_by"] = doc["code_version"]
             doc["code_version"] = old.get("code_version")
 

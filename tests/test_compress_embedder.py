@@ -173,3 +173,7 @@ def test_recollecting_keeps_the_code_version_that_made_the_numbers(tmp_path):
     dest.write_text(json.dumps(doc))
     again = json.loads(ce.collect({}, out, results).read_text())
     assert again["code_version"] == "0000000" and again["recollected_by"] != "0000000"
+    # another distillation in the same folder is a new run: its own code version
+    (out / "distill" / "log.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}))
+    fresh = json.loads(ce.collect({}, out, results).read_text())
+    assert fresh["code_version"] != "0000000" and "recollected_by" not in fresh
