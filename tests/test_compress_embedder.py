@@ -126,7 +126,7 @@ def test_a_variant_with_its_own_recipe_joins_the_table(tmp_path):
     assert set(vdoc["against_main"]) == {"drop + slim + distill", "drop + slim only"}
     section = render.render(results, tmp_path / "RESULTS.md")
     assert "| drop + slim + distill |" in section and "| drop + slim only |" in section
-    assert "`recipes/compress-embedder-slim.yaml` (the same stages plus `slim` and `mask`)" in section
+    assert "`recipes/compress-embedder-slim.yaml` (the same stages plus `slim`, `mask` and `export-mask`; its no-recovery row" in section
     assert "slims the kept MLPs by 0.5" in section
 
 

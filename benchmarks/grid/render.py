@@ -413,7 +413,8 @@ def render_compress(results: Path, md: Path) -> list[str]:
     for v in variants:
         vp = v["plan"]
         vseed = v["distill"]["config"].get("seed")
-        how = (f"`{v['recipe']}` (the same stages plus `slim` and `mask`)" if v["recipe"] != d["recipe"] else
+        how = (f"`{v['recipe']}` (the same stages plus `slim`, `mask` and `export-mask`; its no-recovery row "
+               "is the masked export)" if v["recipe"] != d["recipe"] else
                "the same recipe with " + ", ".join(f"`{k}={x}`" for k, x in v["variant"]["set"].items()))
         slimmed = f", slims the kept MLPs by {vp['slim_ratio']}" if vp.get("slim_ratio") else ""
         out.append(f"- **{v['variant']['label']}** (`{v['command']}`): {how}: drops "
