@@ -171,6 +171,14 @@ def test_seed_column_names_each_rows_training_seed(tmp_path):
     assert render.training_seeds({"training": {"x-train": {"steps": 3}}}) == "not kept"
 
 
+def test_slimming_masks_that_do_not_record_their_tie_break_are_named():
+    mask_stage = {"name": "effir-mask", "command": "dsprune mask --gates g --ratio 0.3 --out o"}
+    assert render.slim_mask_without_ties({"stages": [mask_stage], "mask": {"method": "slim"}})
+    assert render.slim_mask_without_ties({"stages": [mask_stage], "mask": None})
+    assert not render.slim_mask_without_ties({"stages": [mask_stage], "mask": {"method": "slim", "ties": "z"}})
+    assert not render.slim_mask_without_ties({"stages": [{"name": "x", "command": "dsprune drop --model m"}]})
+
+
 def test_trained_rows_below_the_untrained_model_are_marked_not_properly_trained(tmp_path):
     # t1-8m: a drop without training; t2-19m trained and clearly worse than untrained; effir trained, not worse;
     # gapft-random-50: trained, then pruned one-shot (its loss is the pruning's, not a failed training)

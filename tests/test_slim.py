@@ -165,7 +165,7 @@ def test_mask_command(tmp_path, texts):
                 "--keep_gate_values", "true"]) == 0
     tensors, meta = formats.read_mask(out)
     n = sum(v.numel() for v in values.values())
-    assert meta["kind"] == "structured" and meta["method"] == "slim"
+    assert meta["kind"] == "structured" and meta["method"] == "slim" and meta["ties"] == "z"
     assert sorted(tensors) == ["mlp.0", "mlp.1", "mlp.3"]
     assert meta["total"] - meta["kept"] == round(0.3 * n)
     assert (out / "widths.png").stat().st_size > 0

@@ -110,6 +110,12 @@ def training_seeds(doc: dict) -> str:
     return ", ".join(seeds) if seeds else "–"
 
 
+def slim_mask_without_ties(doc: dict) -> bool:
+    """A row with a `dsprune mask` stage whose mask does not record how it broke ties (made before it did)."""
+    masked = any((st.get("command") or "").startswith("dsprune mask ") for st in doc.get("stages") or [])
+    return masked and "ties" not in (doc.get("mask") or {})
+
+
 def under_trained(docs: dict) -> dict[str, dict]:
     """Trained rows that score clearly *below the untrained model* on the bar task (scifact_small): their
     training failed, and a finding counts only from properly trained models. Row -> paired interval."""
@@ -167,6 +173,12 @@ def render_table(table: Table, docs: dict, tasks: list[str], results: Path, md: 
     if widths:
         lines += ["", "Per-layer MLP widths after slimming (EffiR Figure 2b, from each row's `dsprune mask` stage): "
                   + ", ".join(widths) + "."]
+    untied = [labels.get(r, ROWS[r].label) for r in table.rows if r in docs and slim_mask_without_ties(docs[r])]
+    if untied:
+        lines += ["", f"The slimming masks of {', '.join(untied)} were made before `dsprune mask` broke ties at "
+                  "ReLU(z) = 0 by z: gates below zero then went in order of layer position, so where more gates sat "
+                  "below zero than the ratio removes, position chose among them. Their gates are not kept and the "
+                  "rows have not been rerun."]
     return lines + [""]
 
 

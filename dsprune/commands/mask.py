@@ -80,7 +80,7 @@ def run(args: Args) -> int:
         figures["params"] = params
     with formats.output_dir(args.out, args.overwrite) as tmp:
         formats.write_mask(tmp, slim.as_mask_tensors(keep), kind="structured", method="slim", ratio=args.ratio,
-                           min_per_layer=args.min_per_layer, gates=str(args.gates),
+                           min_per_layer=args.min_per_layer, gates=str(args.gates), ties=slim.TIES,
                            survivors="gate values" if args.keep_gate_values else "1",
                            widths={str(i): w for i, w in widths.items()}, num_layers=num_layers)
         if args.keep_gate_values:

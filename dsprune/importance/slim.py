@@ -23,6 +23,8 @@ from ..errors import DsPruneError
 from ..formats import mlp_key
 
 BETA = 5.0
+# how ``global_mask`` orders gates that tie at ReLU(z) = 0, recorded in every mask it makes
+TIES = "z"
 # λ for the mean-normalised penalty. A gate then feels λ/N·β·σ'(β|z|) — at z = 1 that is λ·0.033/N, about
 # 1.4e-3 for λ = 1000 and a SmolLM2 with 15 MLPs left (N ≈ 23k gates): between the InfoNCE gradients of gates
 # that retrieval barely uses and of those it relies on, so the former fall (and, σ' growing towards 0, keep
