@@ -436,7 +436,8 @@ def render_compress(results: Path, md: Path) -> list[str]:
         for label, a in (v.get("against_main") or {}).items():
             out.append(f"  - {label} − {a['against']}, paired per query, mean over the tasks: "
                        f"{interval(a['mean_delta'])}"
-                       + (" (one training seed: not a verdict)." if a.get("trained") else " (no training)."))
+                       + ((" (the same plan, another seed: the spread between seeds)." if v["plan"] == d["plan"]
+                           and vseed != cfg.get("seed") else " (one training seed: not a verdict).") if a.get("trained") else " (no training)."))
     out += recovery_lines(d, variants)
     out.append("")
     for r in table["rows"]:
