@@ -126,10 +126,13 @@ def keep_version(doc: dict, dest: Path) -> None:
 def recovery(out: Path) -> dict:
     """The distilled model − the same pruned model without recovery, paired per query: the training's own
     effect in this run, at its seed."""
-    entries = compare.load_entries([str(out / s) for s in reversed(RECOVERY)], [], ["pruned", "distilled"])
-    row = compare.compare(entries)["rows"][1]
-    return {"stages": list(RECOVERY), "mean_delta": row.get("mean_delta"),
-            "tasks": {t: c.get("delta") for t, c in row["tasks"].items() if c}}
+    return {"stages": list(RECOVERY), **paired(out / RECOVERY[1], out / RECOVERY[0])}
+
+
+def paired(base: Path, other: Path) -> dict:
+    """``other`` − ``base`` (two eval folders), paired per query: the mean over the tasks and each task."""
+    row = compare.compare(compare.load_entries([str(base), str(other)], [], ["base", "other"]))["rows"][1]
+    return {"mean_delta": row.get("mean_delta"), "tasks": {t: c.get("delta") for t, c in row["tasks"].items() if c}}
 
 
 def against_main(main: Path, out: Path, variant: str) -> dict:
@@ -140,10 +143,7 @@ def against_main(main: Path, out: Path, variant: str) -> dict:
         label = VARIANTS[variant]["rows"].get(main_label)
         if label is None:      # the variant shares this model with the main run
             continue
-        entries = compare.load_entries([str(main / stage), str(out / stage)], [], [main_label, label])
-        row = compare.compare(entries)["rows"][1]
-        found[label] = {"against": main_label, "trained": stage == "eval", "mean_delta": row.get("mean_delta"),
-                        "tasks": {t: c.get("delta") for t, c in row["tasks"].items() if c}}
+        found[label] = {"against": main_label, "trained": stage == "eval", **paired(main / stage, out / stage)}
     return found
 
 
