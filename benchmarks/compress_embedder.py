@@ -12,6 +12,7 @@ plan, the distillation's settings and losses, the stage times and the command as
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ if __name__ == "__main__" and not __package__:   # run as a file: the checkout's
 from benchmarks._common import REPO, collect_recipe, keep_results, rerender, run_recipe_command  # noqa: E402
 from benchmarks.grid import render  # noqa: E402
 from dsprune import formats  # noqa: E402
+from dsprune.recipe import load_recipe  # noqa: E402
 from dsprune.report import compare  # noqa: E402
 
 RECIPE = REPO / "recipes" / "compress-embedder.yaml"
@@ -36,12 +38,45 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
             "slim": {"label": "coarse drop + slim", "recipe": "recipes/compress-embedder-slim.yaml", "set": {},
                      "rows": {"drop + distill": "drop + slim + distill", "drop only": "drop + slim only"}},
             # the same plan and drop, another distillation seed: only the trained row is new
-            "seed2": {"label": "second training seed", "set": {"distill.seed": 43},
-                      "rows": {"drop + distill": "drop + distill, seed 43"}, "share": ("plan", "drop", "eval-drop")}}
+            "seed2": {"label": "second training seed", "base": "", "set": {"distill.seed": 43},
+                      "rows": {"drop + distill": "drop + distill, seed 43"}, "share": ("plan", "drop", "eval-drop")},
+            # EffiR's and the grid's recovery instead of the distillation: InfoNCE on the labelled groups the
+            # distillation also reads (1 judged passage + 1 mined negative), LoRA r=32 alpha=64, 8 queries per rank;
+            # run longer than the grid's one epoch of 400 groups, to about the distillation's wall time, with
+            # FinanceBench test scored every 25 steps (the learning curve against the distillation's)
+            "infonce": {"label": "InfoNCE LoRA recovery", "recovery": "InfoNCE LoRA",
+                        "set": {"distill.mode": "train", "distill.teacher": None, "distill.distill_data": None,
+                                "distill.train_data": ["${mine}/groups.jsonl", "${mine-fin}/groups.jsonl"],
+                                "distill.group_size": 2, "distill.per_device_batch_size": 8, "distill.lora": True,
+                                "distill.lora_r": 32, "distill.lora_alpha": 64, "distill.freeze": None,
+                                "distill.gradient_checkpointing": True, "distill.max_steps": 200,
+                                "distill.eval_steps": 25, "distill.save_steps": 100},
+                        "rows": {"drop + distill": "drop + InfoNCE LoRA"}, "share": ("plan", "drop", "eval-drop")},
+            # a variant's second seed: its ``base`` run's recipe and options, and its untrained stages; ``versus``
+            # pairs its trained model with the main plan's at the same seed (the comparison its base makes at 42)
+            "last-seed2": {"label": "drop-last-k, second training seed", "base": "last", "set": {"distill.seed": 43},
+                           "rows": {"drop + distill": "drop-last-k + distill, seed 43"},
+                           "share": ("plan", "drop", "eval-drop"), "versus": "seed2"},
+            "slim-seed2": {"label": "coarse drop + slim, second training seed", "base": "slim",
+                           "set": {"distill.seed": 43}, "rows": {"drop + distill": "drop + slim + distill, seed 43"},
+                           "share": ("plan", "drop", "slim", "mask", "export-mask", "eval-drop"), "versus": "seed2"}}
 # stages a variant can take from the main run as they are: they read no stage the variant changes
 SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm", "bench-minilm")
 # the pair that says whether the distillation recovers anything, paired per query within one run
 RECOVERY = ("eval", "eval-drop")
+
+
+def base_of(variant: str) -> str:
+    return VARIANTS[variant].get("base", "") if variant else ""
+
+
+def sets_of(variant: str) -> dict:
+    return {**sets_of(base_of(variant)), **VARIANTS[variant]["set"]} if variant else {}
+
+
+def labels_of(variant: str) -> dict:
+    """The main recipe's row labels -> this run's."""
+    return VARIANTS[variant]["rows"] if variant else {"drop + distill": "drop + distill", "drop only": "drop only"}
 
 
 def out_of(variant: str) -> Path:
@@ -53,23 +88,31 @@ def name_of(variant: str) -> str:
 
 
 def recipe_of(variant: str) -> Path:
-    return REPO / VARIANTS[variant]["recipe"] if variant and "recipe" in VARIANTS[variant] else RECIPE
+    if variant and "recipe" in VARIANTS[variant]:
+        return REPO / VARIANTS[variant]["recipe"]
+    return recipe_of(base_of(variant)) if base_of(variant) else RECIPE
 
 
 def command(params: dict, variant: str = "") -> list[str]:
-    sets = VARIANTS[variant]["set"] if variant else {}
+    sets = sets_of(variant)
     return ["dsprune", "run", "--recipe", str(recipe_of(variant).relative_to(REPO)),
             *(["--param", *[f"{k}={v}" for k, v in params.items()]] if params else []),
-            *(["--set", *[f"{k}={v}" for k, v in sets.items()]] if sets else []),
-            "--out", str(out_of(variant).relative_to(REPO))]
+            *(["--set", *[f"{k}={as_value(v)}" for k, v in sets.items()]] if sets else []),
+            "--out", str(out.relative_to(REPO) if (out := out_of(variant)).is_relative_to(REPO) else out)]
+
+
+def as_value(v) -> str:
+    """A ``--set`` value as ``dsprune run`` reads it back (YAML: JSON lists, ``null`` and ``true``)."""
+    return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
 
 
 def share_finished_stages(variant: str) -> None:
-    """Hard-link the main run's finished stages that the variant would compute identically (the recipe then
-    finds their stamps and reuses them)."""
+    """Hard-link the finished stages that the variant would compute identically, from the main run and
+    from its base run (the recipe then finds their stamps and reuses them)."""
     import shutil
-    for name in SHARED_STAGES + VARIANTS[variant].get("share", ()):
-        src, dst = OUT / name, out_of(variant) / name
+    for name, src in ([(n, OUT / n) for n in SHARED_STAGES]
+                      + [(n, out_of(base_of(variant)) / n) for n in VARIANTS[variant].get("share", ())]):
+        dst = out_of(variant) / name
         if (src / "stage.json").is_file() and not dst.exists():
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copytree(src, dst, copy_function=os.link)
@@ -82,22 +125,41 @@ def distill_summary(run: Path) -> dict:
     log = formats.read_jsonl(run / "log.jsonl")
     rows = [r for r in log if "loss" in r]
     keep = ("loss", "loss_cosine", "loss_kl", "loss_infonce")
-    return {"config": {k: man.get("config", {}).get(k) for k in
-                       ("distill_data", "per_device_batch_size", "num_epochs", "max_steps", "learning_rate",
-                        "warmup_steps", "lora", "freeze", "passage_max_length", "query_max_length",
-                        "distill_embed_weight", "distill_kl_weight", "infonce_weight", "eval_task", "eval_split",
-                        "seed")},
+    cfg = man.get("config", {})
+    return {"config": {k: cfg.get(k) for k in
+                       ("mode", "distill_data", "train_data", "group_size", "per_device_batch_size", "num_epochs",
+                        "max_steps", "learning_rate", "warmup_steps", "lora", "lora_r", "lora_alpha", "freeze",
+                        "passage_max_length", "query_max_length", "temperature", "distill_embed_weight",
+                        "distill_kl_weight", "infonce_weight", "eval_task", "eval_split", "seed")},
             "distill": man.get("distill"), "steps": len(rows),
             "first": {k: rows[0].get(k) for k in keep} if rows else None,
             "last": {k: rows[-1].get(k) for k in keep} if rows else None,
-            "curve": [{"step": r["step"], "ndcg_at_10": r["eval_ndcg_at_10"]} for r in log if "eval_ndcg_at_10" in r]}
+            "curve": curve(run, log)}
 
 
-def collect(params: dict, out: Path, results: Path, variant: str = "", main: Path = OUT) -> Path:
+def curve(run: Path, log: list[dict]) -> list[dict]:
+    """The trainer's in-run scores, each with the seconds since the run's first TensorBoard event (its
+    step-0 evaluation, before any training), so that recoveries of different step costs meet at equal time."""
+    points = [{"step": r["step"], "ndcg_at_10": r["eval_ndcg_at_10"]} for r in log if "eval_ndcg_at_10" in r]
+    tb = run / "tensorboard"
+    if not tb.is_dir():
+        return points
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(tb), size_guidance={"scalars": 0})
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    if "eval/ndcg_at_10" not in tags:
+        return points
+    start = min(events.Scalars(t)[0].wall_time for t in tags if events.Scalars(t))
+    at = {e.step: e.wall_time - start for e in events.Scalars("eval/ndcg_at_10")}
+    return [{**p, **({"seconds": round(at[p["step"]], 1)} if p["step"] in at else {})} for p in points]
+
+
+def collect(params: dict, out: Path, results: Path, variant: str = "", main: Path | None = None) -> Path:
     doc = {"title": "EmbeddingGemma-300M compressed to a target speed-up, recovered by self-distillation",
            **collect_recipe(recipe_of(variant), params, out, command(params, variant),
                             "benchmarks/compress_embedder.py" + (f" --variant {variant}" if variant else "")),
-           "variant": {"name": variant, **VARIANTS[variant]} if variant else None}
+           "variant": {"name": variant, **VARIANTS[variant], "report_rows": report_rows(variant)} if variant else None}
     plan = formats.read_json(out / "plan" / "plan.json", "plan")
     doc["plan"] = {k: plan.get(k) for k in ("target_speedup", "seq_len", "attn", "mlp", "slim_ratio",
                                             "flop_ratio", "num_layers")}
@@ -108,9 +170,46 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
                           if "speedup_pairs" in bench.get(k, {})}
     doc["recovery"] = recovery(out)
     if variant:
-        doc["against_main"] = against_main(main, out, variant)
+        doc["against_main"] = against_main(main or out_of(base_of(variant)), out, variant)
+        if "versus" in VARIANTS[variant]:
+            doc["versus"] = versus(out_of(VARIANTS[variant]["versus"]), out, variant)
     keep_version(doc, results / f"{name_of(variant)}.json")
     return keep_results(doc, out, results, name_of(variant))
+
+
+def plot_runs(results: Path) -> None:
+    """Every run's models on one quality-vs-speed front, and every run's learning curve against minutes."""
+    from dsprune.report import figure, front
+    runs = render.compress_runs(results)
+    if runs is None:
+        return
+    main_doc, variants, table = runs
+    if any("document" in (r.get("speed") or {}) for r in table["rows"]):
+        front.plot(table, results / f"{NAME}_front.png")
+    plt = figure.pyplot()
+    fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
+    for doc in (main_doc, *variants):
+        points = doc["distill"].get("curve") or []
+        label = doc["variant"]["label"] if doc.get("variant") else "main run"
+        if points:
+            line, = by_step.plot([c["step"] for c in points], [c["ndcg_at_10"] for c in points], "o-", label=label)
+            timed = [c for c in points if "seconds" in c]
+            by_time.plot([c["seconds"] / 60 for c in timed], [c["ndcg_at_10"] for c in timed], "o-",
+                         color=line.get_color())
+    cfg = main_doc["distill"]["config"]
+    by_step.set_xlabel("training step")
+    by_time.set_xlabel("wall-clock minutes since the run's step-0 score")
+    by_step.set_ylabel(f"nDCG@10, {cfg.get('eval_task')} {cfg.get('eval_split')}")
+    fig.suptitle("recovery learning curves (2 CPU ranks; wall clock includes any other load on the machine)",
+                 fontsize=9)
+    for ax in (by_step, by_time):
+        ax.grid(alpha=0.3)
+    if by_step.get_legend_handles_labels()[0]:
+        by_step.legend(fontsize=7)
+        fig.tight_layout()
+        figure.save_png(fig, results / f"{NAME}_curves.png")
+    else:
+        plt.close(fig)
 
 
 def keep_version(doc: dict, dest: Path) -> None:
@@ -118,9 +217,17 @@ def keep_version(doc: dict, dest: Path) -> None:
     same distillation) keeps the code version that trained it, and names the one that collected it."""
     if dest.is_file():
         old = formats.read_json(dest, "compress-embedder results")
-        if old.get("distill") == doc["distill"] and old.get("code_version") != doc["code_version"]:
+        if trained(old.get("distill")) == trained(doc["distill"]) and old.get("code_version") != doc["code_version"]:
             doc["recollected_by"] = doc["code_version"]
             doc["code_version"] = old.get("code_version")
+
+
+def trained(summary: dict | None) -> tuple | None:
+    """What identifies one training run in its summary (its losses and scores, not the fields kept of it)."""
+    if not summary:
+        return None
+    return (summary.get("steps"), summary.get("first"), summary.get("last"),
+            [(c["step"], c["ndcg_at_10"]) for c in summary.get("curve") or []])
 
 
 def recovery(out: Path) -> dict:
@@ -138,13 +245,30 @@ def paired(base: Path, other: Path) -> dict:
 def against_main(main: Path, out: Path, variant: str) -> dict:
     """A variant's models paired per query with the main run's models of the same stage (the question is
     the variant against the main run, which two intervals to the unpruned model do not answer)."""
-    found = {}
+    found, base = {}, labels_of(base_of(variant))
     for stage, main_label in (("eval", "drop + distill"), ("eval-drop", "drop only")):
         label = VARIANTS[variant]["rows"].get(main_label)
-        if label is None:      # the variant shares this model with the main run
+        if label is None:      # the variant shares this model with the run it is compared to
             continue
-        found[label] = {"against": main_label, "trained": stage == "eval", **paired(main / stage, out / stage)}
+        found[label] = {"against": base[main_label], "trained": stage == "eval", **paired(main / stage, out / stage)}
     return found
+
+
+def versus(other: Path, out: Path, variant: str) -> dict:
+    """The variant's trained model − the ``versus`` run's (the main plan at the same seed), paired per query."""
+    label, against = VARIANTS[variant]["rows"]["drop + distill"], labels_of(VARIANTS[variant]["versus"])
+    return {label: {"against": against["drop + distill"], "run": VARIANTS[variant]["versus"],
+                    **paired(other / "eval", out / "eval")}}
+
+
+def report_rows(variant: str) -> dict:
+    """The variant's report labels (its recipe's own) -> the labels its rows take in the main table."""
+    _, stages = load_recipe(recipe_of(variant))
+    report = next(s for s in stages if s.name == "report").args
+    own = dict(zip(report["results"], report["labels"]))
+    return {own[f"${{{stage}}}"]: VARIANTS[variant]["rows"][main_label]
+            for stage, main_label in (("eval", "drop + distill"), ("eval-drop", "drop only"))
+            if main_label in VARIANTS[variant]["rows"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             share_finished_stages(a.variant)
         run_recipe_command(command(params, a.variant), out, "")
     dest = collect(params, out, Path(a.results), a.variant)
+    plot_runs(Path(a.results))
     print(compare.markdown(formats.read_json(dest, "results")["report"]))
     rerender()
     return 0

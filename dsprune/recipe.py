@@ -5,8 +5,9 @@ arguments. ``${name}`` in an argument is the output folder of an earlier stage, 
 ``${shared}`` the shared data folder. A recipe's ``params`` (e.g. ``model: smollm2``) name the values a user
 changes between runs; ``${model}`` in an argument is replaced by that value, and ``dsprune run --param
 model=gemma3-270m`` sets it, so one recipe serves another model without an edited copy. A stage whose folder
-holds a ``stage.json`` with the same fingerprint (its resolved arguments plus the fingerprints of the stages it
-reads) is reused; anything else reruns it.
+holds a ``stage.json`` with the same fingerprint (its arguments plus the fingerprints of the stages it reads) is
+reused; anything else reruns it. The fingerprint leaves out where the run lives (``${out}`` and the other stages'
+folders enter as names and fingerprints), so a stage copied into another run's folder is reused there.
 
 Sweeps run one recipe many times: with ``cache`` a stage lives in ``cache/<name>-<fingerprint>`` instead of
 ``out/<name>``, so trials that agree on a stage's inputs share it (under a file lock), and ``execute`` lets the
@@ -235,19 +236,26 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
     root = Path(out or doc.get("out") or f"out/{stem}")
     root.mkdir(parents=True, exist_ok=True)
     folders = {"out": str(root), "shared": str(shared_dir()), "repo": str(REPO_ROOT)}
+    places = {k: folders[k] for k in ("shared", "repo")}   # data, not the run's own location
     prints: dict[str, str] = {}
+    legacy_prints: dict[str, str] = {}
     report: dict[str, dict] = {}
     for stage in stages:
         args = _resolve(stage.args, folders)
-        upstream = sorted(prints[r] for r in _REF.findall(json.dumps(stage.args)) if r in prints)
-        fp = fingerprint(stage, args, upstream)
-        prints[stage.name] = fp
+        refs = _REF.findall(json.dumps(stage.args))
+        fp = fingerprint(stage, _resolve(stage.args, places), sorted(prints[r] for r in refs if r in prints))
+        # what stamps written before the fingerprint left the run's folders out hold; upgraded on reuse
+        legacy = fingerprint(stage, args, sorted(legacy_prints[r] for r in refs if r in legacy_prints))
+        prints[stage.name], legacy_prints[stage.name] = fp, legacy
         folder = Path(cache) / f"{stage.name}-{fp}" if cache else root / stage.name
         folders[stage.name] = str(folder)
         with formats.exclusive(stage_lock(folder)):   # one builder per stage
             stamp = folder / STAMP
             done = json.loads(stamp.read_text()) if not force and stamp.is_file() else {}
-            if done.get("fingerprint") == fp:
+            if done.get("fingerprint") in (fp, legacy):
+                if done["fingerprint"] != fp:
+                    done["fingerprint"] = fp
+                    formats.write_json(stamp, done)
                 print(f"[{stage.name}] reused ({folder})")
                 report[stage.name] = {"status": "reused", "folder": str(folder), **done}
                 if on_reuse:

@@ -144,7 +144,7 @@ def test_a_second_seed_of_the_same_plan_gives_the_recovery_verdict(tmp_path):
     doc = json.loads(ce.collect({}, out, results).read_text())
     assert doc["recovery"]["mean_delta"]["low"] > 0.3      # 0.7 against 0.2
     section = render.render(results, tmp_path / "RESULTS.md")
-    assert "Recovery at the main plan (distilled − no recovery, paired per query, mean over the tasks): seed 42: " \
+    assert "Recovery in the main run (distilled − no recovery, paired per query, mean over the tasks): seed 42: " \
            f"{interval(doc['recovery']['mean_delta'])}. One training seed: not a verdict." in section
     vout = _fake_run(tmp_path, out_name="out-seed2", renamed={"eval": ("drop + distill", 0.72)})
     _with_seed(vout, 43)
@@ -177,3 +177,98 @@ def test_recollecting_keeps_the_code_version_that_made_the_numbers(tmp_path):
     (out / "distill" / "log.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}))
     fresh = json.loads(ce.collect({}, out, results).read_text())
     assert fresh["code_version"] != "0000000" and "recollected_by" not in fresh
+
+
+def _runs(tmp_path, monkeypatch, scores: dict, seeds: dict):
+    """Fake finished runs of ``scores`` (variant -> (recovered, no recovery) mean) under a moved OUT, each with
+    its seed."""
+    monkeypatch.setattr(ce, "OUT", tmp_path / "compress-embedder")
+    for v, (trained, untrained) in scores.items():
+        _, stages = load_recipe(ce.recipe_of(v))
+        report = next(s for s in stages if s.name == "report").args
+        labels = {ref[2:-1]: label for ref, label in zip(report["results"], report["labels"])}
+        names = {"eval": (labels["eval"], trained), "eval-drop": (labels["eval-drop"], untrained)}
+        out = _fake_run(tmp_path, ce.recipe_of(v), ce.out_of(v).name, 0.5 if "slim" in v else 0.0, names)
+        _with_seed(out, seeds[v])
+    results = tmp_path / "results"
+    results.mkdir()
+    for v in scores:
+        ce.collect({}, ce.out_of(v), results, v)
+    return results
+
+
+def test_a_variants_second_seed_reuses_its_base_runs_untrained_stages(tmp_path, monkeypatch):
+    monkeypatch.setattr(ce, "OUT", tmp_path / "compress-embedder")
+    for run in (ce.OUT, ce.out_of("slim")):
+        for name in ("score", "plan", "slim", "eval-full"):
+            (run / name).mkdir(parents=True, exist_ok=True)
+            (run / name / "stage.json").write_text(json.dumps({"fingerprint": f"{run.name}-{name}"}))
+    ce.share_finished_stages("slim-seed2")
+    new = ce.out_of("slim-seed2")
+    assert json.loads((new / "slim" / "stage.json").read_text())["fingerprint"] == "compress-embedder-slim-slim"
+    assert json.loads((new / "score" / "stage.json").read_text())["fingerprint"] == "compress-embedder-score"
+    assert " ".join(ce.command({}, "slim-seed2")).startswith(
+        "dsprune run --recipe recipes/compress-embedder-slim.yaml --set distill.seed=43 --out")
+
+
+def test_the_same_comparison_at_two_seeds_gives_a_verdict(tmp_path, monkeypatch):
+    """coarse + slim against the main plan, paired at seed 42 (slim vs main) and at 43 (slim-seed2 vs seed2)."""
+    results = _runs(tmp_path, monkeypatch, {"": (0.5, 0.2), "seed2": (0.5, 0.2), "slim": (0.8, 0.3),
+                                            "slim-seed2": (0.8, 0.3)},
+                    {"": 42, "seed2": 43, "slim": 42, "slim-seed2": 43})
+    vdoc = json.loads((results / "compress_embedder_slim-seed2.json").read_text())
+    assert vdoc["versus"]["drop + slim + distill, seed 43"]["against"] == "drop + distill, seed 43"
+    assert set(vdoc["against_main"]) == {"drop + slim + distill, seed 43"}     # against its base, seed 42
+    text = render.render(results, tmp_path / "RESULTS.md")
+    assert "drop + slim + distill − drop + distill (each at the same seed, paired per query, mean over the tasks): " \
+           "seed 42: " in text
+    assert "Verdict (2 seeds, every interval above 0): drop + slim + distill is better." in text
+    assert "drop + slim + distill, seed 43 − drop + slim + distill, paired per query, mean over the tasks: " in text
+    assert "(the same plan, another seed: the spread between seeds)" in text
+    assert "Recovery in the coarse drop + slim run (distilled − no recovery" in text
+    # one seed of a comparison is no verdict
+    (results / "compress_embedder_slim-seed2.json").unlink()
+    assert "drop + slim + distill is better" not in render.render(results, tmp_path / "RESULTS.md")
+
+
+def test_infonce_recovery_is_a_train_stage_the_launcher_accepts(tmp_path):
+    """The InfoNCE variant turns the recipe's recovery stage into LoRA InfoNCE training on the same labelled groups,
+    with no teacher: checked by the launcher's own argument parser."""
+    from dsprune.config import parse_args
+    from dsprune.recipe import _argv, _resolve, parse_sets
+    from dsprune.train.slim import StageArgs, check_stage
+    cmd = ce.command({}, "infonce")
+    sets = cmd[cmd.index("--set") + 1:cmd.index("--out")]
+    _, stages = load_recipe(ce.recipe_of("infonce"), parse_sets(sets))
+    stage = next(s for s in stages if s.name == "distill")
+    folders = {n: str(tmp_path / n) for n in ("drop", "mine", "mine-fin")}
+    args = parse_args(StageArgs, _argv(_resolve(stage.args, folders)) + ["--output_dir", str(tmp_path / "o")])
+    check_stage(args)
+    assert args.mode == "train" and args.teacher is None and not args.distill_data
+    assert args.lora and (args.lora_r, args.lora_alpha, args.group_size) == (32, 64, 2)
+    assert args.train_data == [str(tmp_path / "mine" / "groups.jsonl"), str(tmp_path / "mine-fin" / "groups.jsonl")]
+
+
+def test_infonce_variant_renders_its_recovery_and_the_curves_meet_in_minutes(tmp_path, monkeypatch):
+    from torch.utils.tensorboard import SummaryWriter
+    results = _runs(tmp_path, monkeypatch, {"": (0.6, 0.2), "infonce": (0.4, 0.2)}, {"": 42, "infonce": 42})
+    run = ce.out_of("infonce") / "distill"
+    man = json.loads((run / "manifest.json").read_text())
+    man["config"].update(mode="train", train_data=["g.jsonl"], group_size=2, lora=True, lora_r=32, lora_alpha=64,
+                         temperature=0.02)
+    (run / "manifest.json").write_text(json.dumps(man))
+    writer = SummaryWriter(str(run / "tensorboard"))
+    writer.add_scalar("eval/ndcg_at_10", 0.2, 0, walltime=1000.0)
+    writer.add_scalar("loss/total", 1.0, 1, walltime=1010.0)
+    writer.add_scalar("eval/ndcg_at_10", 0.3, 2, walltime=1180.0)
+    writer.close()
+    doc = json.loads(ce.collect({}, ce.out_of("infonce"), results, "infonce").read_text())
+    assert doc["distill"]["curve"] == [{"step": 2, "ndcg_at_10": 0.3, "seconds": 180.0}]
+    ce.plot_runs(results)
+    assert (results / "compress_embedder_curves.png").is_file()
+    text = render.render(results, tmp_path / "RESULTS.md")
+    assert "then InfoNCE LoRA instead of the distillation: 4 steps of 16 queries per rank × 2 ranks, groups of 2 " \
+           "passages from ['g.jsonl'], LoRA r=32 α=64" in text
+    assert "Recovery in the InfoNCE LoRA recovery run (InfoNCE LoRA − no recovery" in text
+    assert "  - InfoNCE LoRA recovery: 2: 0.3000 (3 min)." in text
+    assert "![learning curves against time](results/compress_embedder_curves.png)" in text

@@ -155,3 +155,37 @@ def test_set_changes_one_stage_option_for_a_run(tiny_dirs, tmp_path, texts, caps
                      (["--set", "drop.drop_mpl=2"], "unknown option.*drop_mpl")):
         assert main(["run", r, *bad]) == 2
         assert msg.split(".*")[0] in capsys.readouterr().err
+
+
+def test_a_finished_run_copied_elsewhere_is_reused_there(tiny_dirs, tmp_path, texts):
+    import shutil
+    calib = tmp_path / "c.txt"
+    calib.write_text("\n".join(texts))
+    recipe = _recipe(tmp_path, tiny_dirs["llama"], calib, 1)
+    first = run_recipe(recipe)
+    shutil.copytree(tmp_path / "out", tmp_path / "moved")
+    moved = run_recipe(recipe, out=str(tmp_path / "moved"))
+    assert [v["status"] for v in moved.values()] == ["reused", "reused"]
+    assert moved["drop"]["fingerprint"] == first["drop"]["fingerprint"]
+    assert moved["drop"]["folder"] == str(tmp_path / "moved" / "drop")
+
+
+def test_stamps_of_the_older_fingerprint_are_reused_and_upgraded(tiny_dirs, tmp_path, texts):
+    import hashlib
+    calib = tmp_path / "c.txt"
+    calib.write_text("\n".join(texts))
+    recipe = _recipe(tmp_path, tiny_dirs["llama"], calib, 1)
+    first = run_recipe(recipe)
+    old = {}   # the older fingerprint: resolved folder paths in the arguments, upstream by older fingerprints
+    for name, up in (("score", []), ("drop", ["score"])):
+        stamp = tmp_path / "out" / name / "stage.json"
+        doc = json.loads(stamp.read_text())
+        blob = json.dumps({"command": doc["command"], "launcher": None, "num_gpus": 1, "args": doc["args"],
+                           "upstream": sorted(old[u] for u in up)}, sort_keys=True)
+        old[name] = doc["fingerprint"] = hashlib.sha256(blob.encode()).hexdigest()[:16]
+        stamp.write_text(json.dumps(doc))
+    assert old["drop"] != first["drop"]["fingerprint"]
+    again = run_recipe(recipe)
+    assert [v["status"] for v in again.values()] == ["reused", "reused"]
+    stamped = json.loads((tmp_path / "out" / "drop" / "stage.json").read_text())
+    assert stamped["fingerprint"] == first["drop"]["fingerprint"]

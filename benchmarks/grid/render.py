@@ -20,7 +20,7 @@ from .._common import REPO
 from .render_dai_modes import dai_tag, render_dai_modes
 from .render_drop_position import render_drop_position
 from .render_first_loss import effir_start_lines
-from .render_seeds import recovery_lines
+from .render_seeds import another_seed, comparison_lines, family, recovery_lines
 from .render_overlap import render_overlap
 from .render_table1 import render_table1
 from .render_throughput import render_throughput
@@ -385,16 +385,14 @@ def render_families(results: Path, md: Path) -> list[str]:
 def render_compress(results: Path, md: Path) -> list[str]:
     """A trained embedder through recipes/compress-embedder.yaml (benchmarks/compress_embedder.py), with the
     model rows of its variants (``compress_embedder_<variant>.json``) in the same table."""
-    p = results / "compress_embedder.json"
-    d = section_result(p, {"title", "command", "report", "plan", "distill", "stages"}, "benchmarks/compress_embedder.py")
-    if d is None:
+    runs = compress_runs(results)
+    if runs is None:
         return []
-    table, plan, dist = d["report"], d["plan"], d["distill"]
+    d, variants, table = runs
+    plan, dist = d["plan"], d["distill"]
     cfg = dist["config"]
     minutes = sum(s.get("seconds") or 0 for s in d["stages"]) / 60
     ref = next(r for r in table["rows"] if r["label"] == table["reference"])
-    variants = [formats.read_json(v, "compress-embedder variant") for v in sorted(results.glob(f"{p.stem}_*.json"))]
-    table = {**table, "rows": table["rows"] + [r for v in variants for r in variant_rows(v, ref)]}
     length = (f"{dist['steps']} steps" if cfg.get("max_steps") else f"{cfg['num_epochs']} epochs ({dist['steps']} steps)")
     frozen = f", `{cfg['freeze']}` frozen" if cfg.get("freeze") else ""
     out = [f"## {d['title']}", "",
@@ -414,31 +412,25 @@ def render_compress(results: Path, md: Path) -> list[str]:
            f"{dist['first']['loss']:.4f} at the first step, {dist['last']['loss']:.4f} at the last.",
            "- **Confound:** the distillation text holds passages of the SciFact corpus (scifact_small's documents "
            "are a subset) and the FinanceBench corpus, unlabelled; no test query or test label."]
-    if dist.get("curve"):
-        task = f"{cfg.get('eval_task')} {cfg.get('eval_split')}"
-        drop_only = next((r for r in table["rows"] if r["label"] == "drop only"), None)
-        start = drop_only["tasks"].get(cfg.get("eval_task"), {}).get("score") if drop_only else None
-        points = ([f"0: {start:.4f} (drop only, `dsprune eval`)"] if start is not None else []) + \
-            [f"{c['step']}: {c['ndcg_at_10']:.4f}" for c in dist["curve"]]
-        out.append(f"- **Learning curve** (nDCG@10 on {task}, scored by the trainer during the run; monitoring "
-                   f"only, never used to pick a checkpoint): " + ", ".join(points) + ".")
+    out += curve_lines(d, variants, table)
+    named = {v["variant"]["name"]: v for v in variants}
     for v in variants:
         vp = v["plan"]
-        vseed = v["distill"]["config"].get("seed")
+        base = named.get(family(v), d)
         how = (f"`{v['recipe']}` (the same stages plus `slim`, `mask` and `export-mask`; its no-recovery row "
-               "is the masked export)" if v["recipe"] != d["recipe"] else
-               "the same recipe with " + ", ".join(f"`{k}={x}`" for k, x in v["variant"]["set"].items()))
+               "is the masked export)" if v["recipe"] != d["recipe"] else "the same recipe")
+        sets = v["variant"]["set"]
+        how += (" with " + ", ".join(f"`{k}={x}`" for k, x in sets.items())) if sets else ""
         slimmed = f", slims the kept MLPs by {vp['slim_ratio']}" if vp.get("slim_ratio") else ""
         out.append(f"- **{v['variant']['label']}** (`{v['command']}`): {how}: drops "
                    f"{len(vp['attn'])} attention and {len(vp['mlp'])} MLP sub-layers {vp['mlp']}{slimmed}, FLOP "
-                   f"ratio {vp['flop_ratio']:.3f}×, then the same distillation ({v['distill']['steps']} steps, "
-                   f"seed {vseed}).")
+                   f"ratio {vp['flop_ratio']:.3f}×, then {recovery_of(v, d)}.")
         for label, a in (v.get("against_main") or {}).items():
             out.append(f"  - {label} − {a['against']}, paired per query, mean over the tasks: "
                        f"{interval(a['mean_delta'])}"
-                       + ((" (the same plan, another seed: the spread between seeds)." if v["plan"] == d["plan"]
-                           and vseed != cfg.get("seed") else " (one training seed: not a verdict).") if a.get("trained") else " (no training)."))
-    out += recovery_lines(d, variants)
+                       + ((" (the same plan, another seed: the spread between seeds)." if another_seed(v, base)
+                           else " (one training seed: not a verdict).") if a.get("trained") else " (no training)."))
+    out += recovery_lines(d, variants) + comparison_lines(d, variants)
     out.append("")
     for r in table["rows"]:
         if r is not ref and r.get("mean") is not None and ref.get("mean"):
@@ -452,11 +444,63 @@ def render_compress(results: Path, md: Path) -> list[str]:
             f"{'queries' if k == 'query' else k + 's'} median {x['median']:.2f}× of {len(x['ratios'])} alternating pairs (min–max "
             f"{x['min']:.2f}–{x['max']:.2f}×)" for k, x in d["bench_pairs"].items()) + ".")
     out += ["", compare.markdown(table), ""]
-    if d.get("plot") and (results / d["plot"]).is_file():
-        out += [f"![quality vs speed]({os.path.relpath(results / d['plot'], md.parent)})", ""]
+    for name, alt in (("compress_embedder_front.png", "quality vs speed, every run"),
+                      ("compress_embedder_curves.png", "learning curves against time")):
+        if (results / name).is_file():
+            out += [f"![{alt}]({os.path.relpath(results / name, md.parent)})", ""]
     out += ["Stage minutes: " + ", ".join(f"{s['name']} {(s.get('seconds') or 0) / 60:.0f}"
                                           for s in d["stages"]) + ".", ""]
     return out
+
+
+def compress_runs(results: Path) -> tuple[dict, list[dict], dict] | None:
+    """The main compress-embedder run, its variants, and one table of every model row (the variants' rows
+    under their own labels, against the same unpruned row)."""
+    p = results / "compress_embedder.json"
+    d = section_result(p, {"title", "command", "report", "plan", "distill", "stages"}, "benchmarks/compress_embedder.py")
+    if d is None:
+        return None
+    table = d["report"]
+    ref = next(r for r in table["rows"] if r["label"] == table["reference"])
+    variants = [formats.read_json(v, "compress-embedder variant") for v in results.glob(f"{p.stem}_*.json")]
+    # a run's other seeds right after it
+    variants.sort(key=lambda v: (family(v), v["variant"]["name"] != family(v), v["variant"]["name"]))
+    return d, variants, {**table, "rows": table["rows"] + [r for v in variants for r in variant_rows(v, ref)]}
+
+
+def curve_lines(d: dict, variants: list[dict], table: dict) -> list[str]:
+    """Each run's in-training scores (step: nDCG@10, and the minutes since the run's step-0 score where its
+    TensorBoard events were kept), so recoveries of different step costs can be read at equal time."""
+    cfg = d["distill"]["config"]
+    runs = [("main run", d), *((v["variant"]["label"], v) for v in variants)]
+    runs = [(name, r) for name, r in runs if r["distill"].get("curve")]
+    if not runs:
+        return []
+    task = f"{cfg.get('eval_task')} {cfg.get('eval_split')}"
+    drop_only = next((r for r in table["rows"] if r["label"] == "drop only"), None)
+    start = drop_only["tasks"].get(cfg.get("eval_task"), {}).get("score") if drop_only else None
+    out = [f"- **Learning curves** (nDCG@10 on {task}, scored by the trainer during each run; monitoring only, "
+           "never used to pick a checkpoint; step: score, in brackets wall-clock minutes since the run's step-0 "
+           "score, lengthened by whatever else ran on the machine at the time"
+           + (f"; before training, the main plan's drop only scores {start:.4f} by `dsprune eval`" if start is not None
+              else "") + "):"]
+    for name, r in runs:
+        points = [f"{c['step']}: {c['ndcg_at_10']:.4f}" + (f" ({c['seconds'] / 60:.0f} min)" if "seconds" in c else "")
+                  for c in r["distill"]["curve"]]
+        out.append(f"  - {name}: " + ", ".join(points) + ".")
+    return out
+
+
+def recovery_of(v: dict, main: dict) -> str:
+    """How a variant recovered its pruned model: the main run's distillation, or its own training."""
+    dist, cfg = v["distill"], v["distill"]["config"]
+    if (cfg.get("mode") or "distill") == (main["distill"]["config"].get("mode") or "distill"):
+        return f"the same distillation ({dist['steps']} steps, seed {cfg.get('seed')})"
+    lora = f"LoRA r={cfg['lora_r']} α={cfg['lora_alpha']}" if cfg.get("lora") else "full parameters"
+    return (f"{v['variant'].get('recovery', cfg.get('mode'))} instead of the distillation: {dist['steps']} steps of "
+            f"{cfg['per_device_batch_size']} queries per rank × 2 ranks, groups of {cfg.get('group_size')} "
+            f"passages from {cfg.get('train_data')}, {lora}, learning rate {cfg['learning_rate']}, temperature "
+            f"{cfg.get('temperature')}, seed {cfg.get('seed')}; no teacher")
 
 
 def variant_rows(v: dict, ref: dict) -> list[dict]:
@@ -466,8 +510,7 @@ def variant_rows(v: dict, ref: dict) -> list[dict]:
     if {t: x["score"] for t, x in vref["tasks"].items()} != {t: x["score"] for t, x in ref["tasks"].items()}:
         raise SystemExit(f"compress-embedder variant {v['variant']['name']}: its unpruned scores differ from the "
                          "main run's; rerun it")
-    names = v["variant"]["rows"]   # the main recipe's labels -> the variant's; a variant recipe may name its own
-    names = {**names, **{x: x for x in names.values()}}
+    names = v["variant"]["report_rows"]
     return [{**r, "label": names[r["label"]]} for r in v["report"]["rows"] if r["label"] in names]
 
 

@@ -17,30 +17,82 @@ def same_plan(a: dict, b: dict) -> bool:
     return all(a["plan"].get(k) == b["plan"].get(k) for k in keys)
 
 
+def family(doc: dict) -> str:
+    """The run a variant repeats with another seed (its ``base``; "" is the main run), else the variant itself."""
+    v = doc.get("variant") or {}
+    return v.get("base", v.get("name", "")) if v else ""
+
+
+def another_seed(doc: dict, of: dict) -> bool:
+    """``doc`` trains the same plan the same way as ``of``, with another seed."""
+    return family(doc) == family(of) and same_plan(doc, of) and seed_of(doc) != seed_of(of)
+
+
 def recovery_lines(main: dict, variants: list[dict]) -> list[str]:
-    """One line per plan that has a recovery pairing: each seed's interval, then the verdict or why none."""
-    runs = [main, *variants]
-    out, seen = [], set()
-    for i, doc in enumerate(runs):
-        if i in seen or not (doc.get("recovery") or {}).get("mean_delta"):
-            continue
-        group = [j for j in range(i, len(runs)) if (runs[j].get("recovery") or {}).get("mean_delta")
-                 and same_plan(doc, runs[j])]
-        seen.update(group)
-        deltas = [(seed_of(runs[j]), runs[j]["recovery"]["mean_delta"]) for j in group]
-        name = "the main plan" if i == 0 else f"the {doc['variant']['label']} plan"
+    """One line per run and its seeds that have a recovery pairing: each seed's interval, then the verdict or
+    why none."""
+    groups: dict[str, list[dict]] = {}
+    for doc in (main, *variants):
+        if (doc.get("recovery") or {}).get("mean_delta"):
+            groups.setdefault(family(doc), []).append(doc)
+    out = []
+    for name, docs in groups.items():
+        if any(not same_plan(d, docs[0]) for d in docs):
+            raise SystemExit(f"compress-embedder runs of {name or 'the main run'} hold different plans")
+        deltas = [(seed_of(d), d["recovery"]["mean_delta"]) for d in docs]
+        head = next((d for d in docs if d.get("variant", {}) and d["variant"]["name"] == name), docs[0])
+        label = "the main run" if not name else f"the {head['variant']['label']} run"
+        how = recovered_by(docs[0])
         each = "; ".join(f"seed {s}: {interval(d)}" for s, d in deltas)
-        out.append(f"  - Recovery at {name} (distilled − no recovery, paired per query, mean over the tasks): "
-                   f"{each}. {verdict([d for _, d in deltas], len({s for s, _ in deltas}))}")
-    return (["- **Does the distillation recover quality?** A verdict needs two seeds with both intervals on "
+        what = "the distillation" if how == "distilled" else f"the {how} recovery"
+        out.append(f"  - Recovery in {label} ({how} − no recovery, paired per query, mean over the tasks): "
+                   f"{each}. " + verdict([d for _, d in deltas], len({s for s, _ in deltas}),
+                                         f"{what} recovers quality at this plan", f"{what} loses quality at this plan"))
+    return (["- **Does the recovery training recover quality?** A verdict needs two seeds with both intervals on "
              "the same side of 0."] + out) if out else []
 
 
-def verdict(deltas: list[dict], seeds: int) -> str:
+def recovered_by(doc: dict) -> str:
+    return (doc.get("variant") or {}).get("recovery") or "distilled"
+
+
+def comparison_lines(main: dict, variants: list[dict]) -> list[str]:
+    """Two trained models of different runs at the same seed, paired per query, grouped over seeds: a variant
+    against the main run (``against_main``, seeds equal) and a variant's second seed against the main run's
+    second seed (``versus``)."""
+    runs = {family(d) if not d.get("variant") else d["variant"]["name"]: d for d in (main, *variants)}
+    groups: dict[tuple, list] = {}
+    for doc in variants:
+        pairs = []
+        if family(doc) == doc["variant"]["name"] and seed_of(doc) == seed_of(main):
+            pairs = [(label, a, main) for label, a in (doc.get("against_main") or {}).items() if a.get("trained")]
+        for label, a in (doc.get("versus") or {}).items():
+            other = runs.get(a["run"])
+            if other is not None and seed_of(other) == seed_of(doc):
+                pairs.append((label, a, other))
+        for label, a, other in pairs:
+            key = (family(doc), family(other))
+            groups.setdefault(key, []).append((seed_of(doc), label, a))
+    out = []
+    for entries in groups.values():
+        entries.sort(key=lambda e: str(e[0]))
+        seeds = {s for s, _, _ in entries}
+        _, label, first = entries[0]
+        each = "; ".join(f"seed {s}: {interval(a['mean_delta'])}" for s, _, a in entries)
+        out.append(f"  - {label} − {first['against']} (each at the same seed, paired per query, mean over the "
+                   f"tasks): {each}. " + verdict([a["mean_delta"] for _, _, a in entries], len(seeds),
+                                                f"{label} is better", f"{first['against']} is better"))
+    return (["- **Which run is better at the same seed?** A verdict needs two seeds with both intervals on the "
+             "same side of 0."] + out) if out else []
+
+
+def verdict(deltas: list[dict], seeds: int, above: str, below: str) -> str:
+    """The words for intervals of ``seeds`` training seeds: ``above`` when all exclude 0 above, ``below`` when
+    all exclude it below."""
     if seeds < 2:
         return "One training seed: not a verdict."
     if all(d["low"] > 0 for d in deltas):
-        return f"Verdict ({seeds} seeds, every interval above 0): the distillation recovers quality at this plan."
+        return f"Verdict ({seeds} seeds, every interval above 0): {above}."
     if all(d["high"] < 0 for d in deltas):
-        return f"Verdict ({seeds} seeds, every interval below 0): the distillation loses quality at this plan."
+        return f"Verdict ({seeds} seeds, every interval below 0): {below}."
     return f"No verdict: the {seeds} seeds' intervals do not all exclude 0 on the same side."
