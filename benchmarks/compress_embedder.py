@@ -42,14 +42,14 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                       "rows": {"drop + distill": "drop + distill, seed 43"}, "share": ("plan", "drop", "eval-drop")},
             # EffiR's and the grid's recovery instead of the distillation: InfoNCE on the labelled groups the
             # distillation also reads (1 judged passage + 1 mined negative), LoRA r=32 alpha=64, 8 queries per rank;
-            # run longer than the grid's one epoch of 400 groups, to about the distillation's wall time, with
-            # FinanceBench test scored every 25 steps (the learning curve against the distillation's)
+            # 150 steps (the grid's budget is one epoch of 400 groups, 25 steps of 16), about the distillation's
+            # length, with FinanceBench test scored every 25 steps (the learning curve against the distillation's)
             "infonce": {"label": "InfoNCE LoRA recovery", "recovery": "InfoNCE LoRA",
                         "set": {"distill.mode": "train", "distill.teacher": None, "distill.distill_data": None,
                                 "distill.train_data": ["${mine}/groups.jsonl", "${mine-fin}/groups.jsonl"],
                                 "distill.group_size": 2, "distill.per_device_batch_size": 8, "distill.lora": True,
                                 "distill.lora_r": 32, "distill.lora_alpha": 64, "distill.freeze": None,
-                                "distill.gradient_checkpointing": True, "distill.max_steps": 200,
+                                "distill.gradient_checkpointing": True, "distill.max_steps": 150,
                                 "distill.eval_steps": 25, "distill.save_steps": 100},
                         "rows": {"drop + distill": "drop + InfoNCE LoRA"}, "share": ("plan", "drop", "eval-drop")},
             # a variant's second seed: its ``base`` run's recipe and options, and its untrained stages; ``versus``
