@@ -59,9 +59,10 @@ def copy_file(src: Path, dest: Path) -> None:
         shutil.copyfile(src, tmp)
 
 
-def collect_recipe(recipe: Path, params: dict, out: Path, command: list[str], rerun: str) -> dict:
-    """A finished recipe run as a results document: its report, each stage's command and time, the code
-    version. ``rerun`` is the command to name when a stage has not finished."""
+def collect_recipe(recipe: Path, params: dict, out: Path, command: list[str], rerun: str,
+                   report: str = "report") -> dict:
+    """A finished recipe run as a results document: its ``report`` stage's report, each stage's command and
+    time, the code version. ``rerun`` is the command to name when a stage has not finished."""
     import shlex
 
     from dsprune import formats
@@ -78,7 +79,7 @@ def collect_recipe(recipe: Path, params: dict, out: Path, command: list[str], re
                      "command": info.get("command")})
     return {"params": params, "recipe": str(recipe.relative_to(REPO)), "command": shlex.join(command),
             "code_version": formats.code_version(), "stages": done,
-            "report": formats.read_json(out / "report" / "report.json", "recipe report")}
+            "report": formats.read_json(out / report / "report.json", "recipe report")}
 
 
 def run_recipe_command(cmd: list[str], out: Path, what: str) -> None:

@@ -22,6 +22,7 @@ from .render_drop_position import render_drop_position
 from .render_first_loss import effir_start_lines
 from .render_seeds import another_seed, comparison_lines, family, recovery_lines
 from .render_overlap import render_overlap
+from .render_gaprune_embedder import render_gaprune_embedder
 from .render_table1 import render_table1
 from .render_throughput import render_throughput
 from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
@@ -288,6 +289,7 @@ def render(results: Path, md: Path) -> str:
     out += render_families(results, md)
     out += render_compress(results, md)
     out += render_table1(results)
+    out += render_gaprune_embedder(results)
     out += render_int8(results)
     out += render_throughput(results)
     out += ["## Provenance", ""]

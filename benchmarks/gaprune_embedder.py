@@ -1,0 +1,104 @@
+"""GAPrune's Tables 1 and 2 on a trained embedder: which 50 % of EmbeddingGemma's MLP weights can go, as is and
+after retraining on the domain?
+
+    flock /tmp/dsprune-heavy.lock nohup .venv/bin/python benchmarks/gaprune_embedder.py > out/gae.log 2>&1 &
+
+Runs ``recipes/gaprune-embedder.yaml`` (sample → DAI statistics, per sample and as the authors' code → one
+mask per method → eval → the same LoRA retraining of every mask and of the unpruned model → eval → two
+reports) into ``out/recipes/gaprune-embedder``. About 11 hours on 2 CPU cores; finished stages are reused, so
+it can run in pieces (a retraining stage resumes from its last checkpoint). Keeps both reports (paired bootstrap
+intervals against the unpruned model, and against the unpruned model retrained alike), the structured mask's
+measured speed-up, each DAI run's figures, the share of each mask's keep/prune decisions that differ from
+magnitude's, the stage times and the command as ``benchmarks/results/gaprune_embedder.json``, and re-renders
+RESULTS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import REPO, collect_recipe, keep_results, rerender, run_recipe_command  # noqa: E402
+from benchmarks.grid import render  # noqa: E402
+from dsprune import formats  # noqa: E402
+from dsprune.report import compare  # noqa: E402
+
+RECIPE = REPO / "recipes" / "gaprune-embedder.yaml"
+OUT = REPO / "out" / "recipes" / "gaprune-embedder"
+NAME = "gaprune_embedder"
+DAI_RUNS = ("dai", "dai-ref")
+DAI_FIGURES = ("n_general", "n_domain", "loss_general", "loss_domain", "mean_abs_fisher_term_over_magnitude_term")
+
+
+def command(params: dict) -> list[str]:
+    return ["dsprune", "run", "--recipe", str(RECIPE.relative_to(REPO)),
+            *(["--param", *[f"{k}={v}" for k, v in params.items()]] if params else []),
+            "--out", str(OUT.relative_to(REPO) if OUT.is_relative_to(REPO) else OUT)]
+
+
+def masks(out: Path) -> list[str]:
+    return sorted(p.name[len("prune-"):] for p in out.glob("prune-*") if (p / formats.MASK).is_file())
+
+
+def against_magnitude(out: Path) -> dict:
+    """Per mask: the share of the scored weights whose keep/prune decision differs from magnitude's mask at the
+    same sparsity (a mask that differs little cannot score far from magnitude), overall and per matrix kind."""
+    from benchmarks.dai_modes import differs
+
+    ref, _ = formats.read_mask(out / "prune-magnitude")
+    found = {}
+    for name in masks(out):
+        tensors, meta = formats.read_mask(out / f"prune-{name}")
+        if name == "magnitude" or meta.get("kind") == "structured":
+            continue                  # a neuron mask removes whole rows: another budget, not comparable
+        share, kinds = differs({k: v for k, v in tensors.items() if k in ref}, ref)
+        found[name] = {"share": share, "kinds": kinds}
+    return found
+
+
+def collect(params: dict, out: Path, results: Path) -> Path:
+    model = params.get("model", "embeddinggemma-300m")
+    doc = {"title": f"GAPrune Tables 1 and 2 on a trained embedder ({model}): 50 % of the MLP weights, one-shot "
+                    "and retrained on FinanceBench train",
+           **collect_recipe(RECIPE, params, out, command(params), "benchmarks/gaprune_embedder.py",
+                            report="report-oneshot")}
+    doc["retrained"] = formats.read_json(out / "report-retrain" / "report.json", "retraining report")
+    doc["dai"] = {}
+    for run in DAI_RUNS:
+        man = formats.read_json(out / run / "manifest.json", "dai manifest")
+        doc["dai"][run] = {"config": {k: man["config"].get(k) for k in
+                                      ("alignment", "variant", "fisher_batch", "grad_batch", "temperature",
+                                       "alpha", "beta", "gamma", "max_length")},
+                           **{k: man["figures"].get(k) for k in DAI_FIGURES}}
+    doc["masks"] = {}
+    for name in masks(out):
+        _, meta = formats.read_mask(out / f"prune-{name}")
+        args = formats.read_json(out / f"prune-{name}" / "stage.json", "stage stamp").get("args", {})
+        doc["masks"][name] = {**{k: meta.get(k) for k in ("kind", "method", "sparsity", "scope")},
+                              **{k: v for k, v in args.items() if k.startswith("dai_")}}
+    doc["against_magnitude"] = against_magnitude(out)
+    return keep_results(doc, out, results, NAME)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--param", nargs="*", default=[], help="NAME=VALUE recipe params (model, sparsity)")
+    ap.add_argument("--collect", action="store_true", help="only collect the finished recipe's reports")
+    ap.add_argument("--results", default=str(render.RESULTS))
+    a = ap.parse_args(argv)
+    params = dict(p.split("=", 1) for p in a.param)
+    if not a.collect:
+        run_recipe_command(command(params), OUT, "about 11 h on 2 CPU cores; ")
+    dest = collect(params, OUT, Path(a.results))
+    doc = formats.read_json(dest, "results")
+    print(compare.markdown(doc["report"]))
+    print(compare.markdown(doc["retrained"]))
+    rerender()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
