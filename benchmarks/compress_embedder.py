@@ -52,6 +52,14 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                                 "distill.gradient_checkpointing": True, "distill.max_steps": 150,
                                 "distill.eval_steps": 25, "distill.save_steps": 100},
                         "rows": {"drop + distill": "drop + InfoNCE LoRA"}, "share": ("plan", "drop", "eval-drop")},
+            # the main plan's distillation run longer (its curve still rises at 140 steps) over more unlabelled text:
+            # every SciFact abstract besides the recipe's texts, so about 4 passes over the data instead of 12;
+            # checkpoints every 50 steps, so the ~6 h run can go in pieces (the recipe resumes it)
+            "long": {"label": "longer distillation", "set": {
+                         "distill.max_steps": 1000, "distill.eval_steps": 100, "distill.save_steps": 50,
+                         "distill.distill_data": ["${mine}/groups.jsonl", "${mine-fin}/groups.jsonl",
+                                                  "passages=financebench/corpus.jsonl", "passages=scifact/corpus.jsonl"]},
+                     "rows": {"drop + distill": "drop + distill, 1000 steps"}, "share": ("plan", "drop", "eval-drop")},
             # a variant's second seed: its ``base`` run's recipe and options, and its untrained stages; ``versus``
             # pairs its trained model with the main plan's at the same seed (the comparison its base makes at 42)
             "last-seed2": {"label": "drop-last-k, second training seed", "base": "last", "set": {"distill.seed": 43},

@@ -272,3 +272,16 @@ def test_infonce_variant_renders_its_recovery_and_the_curves_meet_in_minutes(tmp
     assert "Recovery in the InfoNCE LoRA recovery run (InfoNCE LoRA − no recovery" in text
     assert "  - InfoNCE LoRA recovery: 2: 0.3000 (3 min)." in text
     assert "![learning curves against time](results/compress_embedder_curves.png)" in text
+
+
+@pytest.mark.parametrize("variant", sorted(ce.VARIANTS))
+def test_every_variant_command_loads_as_a_recipe_run(variant):
+    from dsprune.recipe import parse_sets
+    cmd = ce.command({}, variant)
+    sets = cmd[cmd.index("--set") + 1:cmd.index("--out")] if "--set" in cmd else []
+    _, stages = load_recipe(cmd[cmd.index("--recipe") + 1], parse_sets(sets))
+    by = {s.name: s for s in stages}
+    assert set(ce.VARIANTS[variant].get("share", ())) <= set(by)
+    for key, value in ce.sets_of(variant).items():
+        stage, option = key.split(".", 1)
+        assert by[stage].args.get(option) == value
