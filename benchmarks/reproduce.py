@@ -59,6 +59,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--headline-scifact", action="store_true", help="also score the headline rows (dense, "
                     "t2-15m, effir) on full SciFact (~25 min each)")
+    ap.add_argument("--seed", type=int, default=None, help="run the rows' training at this seed instead of their "
+                    "own (42): trained stages and what reads them get NAME-seedN folders, results ROW-seedN.json; "
+                    "rows without training are skipped")
     ap.add_argument("--force", action="store_true", help="rerun rows whose results are current (their stages are "
                     "still reused when unchanged)")
     return ap.parse_args(argv)

