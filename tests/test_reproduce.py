@@ -401,3 +401,13 @@ def test_a_claim_with_two_seeds_gets_each_interval_and_a_verdict(tmp_path):
     row = next(x for x in text.splitlines() if x.endswith("`--rows effir-4m` |"))
     assert ", 43 |" in row
     assert "  - seed 43 (" in text.split("## Provenance")[1]
+
+
+def test_gaprune_claim_with_a_second_seed_lists_it_per_rival(tmp_path):
+    results, docs = _grid(tmp_path, {"dense": 0.6, "gap-dense-retrain": 0.6, "gap-dai-50-retrain": 0.3,
+                                     "gap-magnitude-50-retrain": 0.5})
+    for r in ("gap-dai-50-retrain", "gap-magnitude-50-retrain"):
+        (results / f"{r}-seed43.json").write_text(json.dumps({**docs[r], "seed": 43}))
+    text = render.render(results, tmp_path / "RESULTS.md")
+    line = next(x for x in text.splitlines() if x.startswith("  - DAI − magnitude: At seed 43: "))
+    assert "Verdict (2 seeds, every interval below 0): magnitude keeps more." in line

@@ -247,6 +247,10 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
             lines.append(f"- DAI − other masks, {what}, on {DOMAIN_TASK} (the domain): " + "; ".join(
                 f"{GAP_LABELS[m].lower()} {interval(d)}"
                 for m, d in diffs.items()) + ".")
+            for m, d in diffs.items():
+                more = other_seeds(docs[dai], docs[row_of(m)], DOMAIN_TASK, d, ["DAI", GAP_LABELS[m].lower()])
+                if more:
+                    lines.append(f"  - DAI − {GAP_LABELS[m].lower()}:{more}")
     failed = under_trained(docs)
     if failed:
         lines.append(f"- **† not properly trained**: {', '.join(failed)} score below the *untrained* model on "
