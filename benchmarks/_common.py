@@ -1,6 +1,7 @@
 """What every benchmark script shares: the checkout's location and running one logged command."""
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -80,6 +81,32 @@ def collect_recipe(recipe: Path, params: dict, out: Path, command: list[str], re
     return {"params": params, "recipe": str(recipe.relative_to(REPO)), "command": shlex.join(command),
             "code_version": formats.code_version(), "stages": done,
             "report": formats.read_json(out / report / "report.json", "recipe report")}
+
+
+def recipe_command(recipe: Path, out: Path, params: dict | None = None, sets: dict | None = None) -> list[str]:
+    """``dsprune run`` of ``recipe`` with its params and stage options (``--set`` values as ``dsprune run``
+    reads them back: YAML, so lists and ``null`` go as JSON), paths relative to the checkout when inside it."""
+    import json
+
+    def rel(p: Path) -> str:
+        return str(p.relative_to(REPO) if p.is_relative_to(REPO) else p)
+
+    def value(v) -> str:
+        return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+
+    return ["dsprune", "run", "--recipe", rel(recipe),
+            *(["--param", *[f"{k}={v}" for k, v in params.items()]] if params else []),
+            *(["--set", *[f"{k}={value(v)}" for k, v in sets.items()]] if sets else []),
+            "--out", rel(out)]
+
+
+def recipe_parser(doc: str, params: str) -> argparse.ArgumentParser:
+    """The options every recipe benchmark takes: recipe params, collect only, where the results go."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--param", nargs="*", default=[], help=f"NAME=VALUE recipe params ({params})")
+    ap.add_argument("--collect", action="store_true", help="only collect the finished recipe's report")
+    ap.add_argument("--results", default=str(REPO / "benchmarks" / "results"))
+    return ap
 
 
 def run_recipe_command(cmd: list[str], out: Path, what: str) -> None:

@@ -11,8 +11,6 @@ plan, the distillation's settings and losses, the stage times and the command as
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -20,7 +18,8 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO, collect_recipe, keep_results, rerender, run_recipe_command  # noqa: E402
+from benchmarks._common import (REPO, collect_recipe, keep_results, recipe_command, recipe_parser,  # noqa: E402
+                               rerender, run_recipe_command)
 from benchmarks.grid import render  # noqa: E402
 from dsprune import formats  # noqa: E402
 from dsprune.recipe import load_recipe  # noqa: E402
@@ -102,16 +101,7 @@ def recipe_of(variant: str) -> Path:
 
 
 def command(params: dict, variant: str = "") -> list[str]:
-    sets = sets_of(variant)
-    return ["dsprune", "run", "--recipe", str(recipe_of(variant).relative_to(REPO)),
-            *(["--param", *[f"{k}={v}" for k, v in params.items()]] if params else []),
-            *(["--set", *[f"{k}={as_value(v)}" for k, v in sets.items()]] if sets else []),
-            "--out", str(out.relative_to(REPO) if (out := out_of(variant)).is_relative_to(REPO) else out)]
-
-
-def as_value(v) -> str:
-    """A ``--set`` value as ``dsprune run`` reads it back (YAML: JSON lists, ``null`` and ``true``)."""
-    return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+    return recipe_command(recipe_of(variant), out_of(variant), params, sets_of(variant))
 
 
 def share_finished_stages(variant: str) -> None:
@@ -280,10 +270,7 @@ def report_rows(variant: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--param", nargs="*", default=[], help="NAME=VALUE recipe params (model, target_speedup)")
-    ap.add_argument("--collect", action="store_true", help="only collect the finished recipe's report")
-    ap.add_argument("--results", default=str(render.RESULTS))
+    ap = recipe_parser(__doc__, "model, target_speedup")
     ap.add_argument("--variant", default="", choices=["", *VARIANTS],
                     help="run the recipe with a variant's stage options into its own folder (finished stages "
                          "of the main run that it shares are reused)")

@@ -14,15 +14,14 @@ RESULTS.md.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO, collect_recipe, keep_results, rerender, run_recipe_command  # noqa: E402
-from benchmarks.grid import render  # noqa: E402
+from benchmarks._common import (REPO, collect_recipe, keep_results, recipe_command, recipe_parser,  # noqa: E402
+                               rerender, run_recipe_command)
 from dsprune import formats  # noqa: E402
 from dsprune.report import compare  # noqa: E402
 
@@ -34,9 +33,7 @@ DAI_FIGURES = ("n_general", "n_domain", "loss_general", "loss_domain", "mean_abs
 
 
 def command(params: dict) -> list[str]:
-    return ["dsprune", "run", "--recipe", str(RECIPE.relative_to(REPO)),
-            *(["--param", *[f"{k}={v}" for k, v in params.items()]] if params else []),
-            "--out", str(OUT.relative_to(REPO) if OUT.is_relative_to(REPO) else OUT)]
+    return recipe_command(RECIPE, OUT, params)
 
 
 def masks(out: Path) -> list[str]:
@@ -84,10 +81,7 @@ def collect(params: dict, out: Path, results: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--param", nargs="*", default=[], help="NAME=VALUE recipe params (model, sparsity)")
-    ap.add_argument("--collect", action="store_true", help="only collect the finished recipe's reports")
-    ap.add_argument("--results", default=str(render.RESULTS))
+    ap = recipe_parser(__doc__, "model, sparsity")
     a = ap.parse_args(argv)
     params = dict(p.split("=", 1) for p in a.param)
     if not a.collect:

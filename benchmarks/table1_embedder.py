@@ -11,7 +11,6 @@ as ``benchmarks/results/table1_embedder.json``, prints the table and re-renders 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -20,8 +19,8 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO, collect_recipe, keep_results, rerender, run_recipe_command  # noqa: E402
-from benchmarks.grid import render  # noqa: E402
+from benchmarks._common import (REPO, collect_recipe, keep_results, recipe_command, recipe_parser,  # noqa: E402
+                               rerender, run_recipe_command)
 from dsprune import formats  # noqa: E402
 from dsprune.report import compare  # noqa: E402
 
@@ -33,9 +32,7 @@ SEQ_LEN = 256       # the length dsprune bench and the planner count FLOPs at
 
 
 def command(params: dict) -> list[str]:
-    return ["dsprune", "run", "--recipe", str(RECIPE.relative_to(REPO)),
-            *(["--param", *[f"{k}={v}" for k, v in params.items()]] if params else []),
-            "--out", str(OUT.relative_to(REPO))]
+    return recipe_command(RECIPE, OUT, params)
 
 
 def flop_ratios(model: str, drops: list[Path]) -> dict[str, float]:
@@ -96,10 +93,7 @@ def share_score(params: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--param", nargs="*", default=[], help="NAME=VALUE recipe params (model, k, k2)")
-    ap.add_argument("--collect", action="store_true", help="only collect the finished recipe's report")
-    ap.add_argument("--results", default=str(render.RESULTS))
+    ap = recipe_parser(__doc__, "model, k, k2")
     a = ap.parse_args(argv)
     params = dict(p.split("=", 1) for p in a.param)
     if not a.collect:
