@@ -376,6 +376,8 @@ def test_second_seed_rows_write_their_own_results_and_skip_untrained_rows(tmp_pa
         raise DsPruneError("stage 'x' failed")
 
     monkeypatch.setattr(run, "run_recipe", fake_run_recipe)
+    # placeholders for the dense model and its training options: a real context would train the dense model
+    monkeypatch.setattr(run, "Ctx", lambda a, symbolic: inputs.Ctx(a, symbolic=True))
     a = reproduce.parse(["--seed", "43", "--out", str(tmp_path / "out")])
     assert run.run_row(rows.ROWS["t1-8m"], a, tmp_path) == "skipped" and not calls
     assert "no seed to repeat" in capsys.readouterr().out
