@@ -83,6 +83,15 @@ def collect_recipe(recipe: Path, params: dict, out: Path, command: list[str], re
             "report": formats.read_json(out / report / "report.json", "recipe report")}
 
 
+def tensorboard_scalars(folder: Path) -> dict:
+    """Every scalar tag of a run's TensorBoard events -> its events (step, value, wall time), in step order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: events.Scalars(tag) for tag in events.Tags()["scalars"]}
+
+
 def recipe_command(recipe: Path, out: Path, params: dict | None = None, sets: dict | None = None) -> list[str]:
     """``dsprune run`` of ``recipe`` with its params and stage options (``--set`` values as ``dsprune run``
     reads them back: YAML, so lists and ``null`` go as JSON), paths relative to the checkout when inside it."""

@@ -19,7 +19,7 @@ if __name__ == "__main__" and not __package__:   # run as a file: the checkout's
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (REPO, collect_recipe, keep_results, recipe_command, recipe_parser,  # noqa: E402
-                               rerender, run_recipe_command)
+                               rerender, run_recipe_command, tensorboard_scalars)
 from benchmarks.grid import render  # noqa: E402
 from dsprune import formats  # noqa: E402
 from dsprune.recipe import load_recipe  # noqa: E402
@@ -140,16 +140,11 @@ def curve(run: Path, log: list[dict]) -> list[dict]:
     step-0 evaluation, before any training), so that recoveries of different step costs meet at equal time."""
     points = [{"step": r["step"], "ndcg_at_10": r["eval_ndcg_at_10"]} for r in log if "eval_ndcg_at_10" in r]
     tb = run / "tensorboard"
-    if not tb.is_dir():
+    scalars = tensorboard_scalars(tb) if tb.is_dir() else {}
+    if "eval/ndcg_at_10" not in scalars:
         return points
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    events = EventAccumulator(str(tb), size_guidance={"scalars": 0})
-    events.Reload()
-    tags = events.Tags()["scalars"]
-    if "eval/ndcg_at_10" not in tags:
-        return points
-    start = min(events.Scalars(t)[0].wall_time for t in tags if events.Scalars(t))
-    at = {e.step: e.wall_time - start for e in events.Scalars("eval/ndcg_at_10")}
+    start = min(events[0].wall_time for events in scalars.values() if events)
+    at = {e.step: e.wall_time - start for e in scalars["eval/ndcg_at_10"]}
     return [{**p, **({"seconds": round(at[p["step"]], 1)} if p["step"] in at else {})} for p in points]
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import BIN, REPO, launch_env, sh  # noqa: E402
+from benchmarks._common import BIN, REPO, launch_env, sh, tensorboard_scalars  # noqa: E402
 
 
 def passage_cosine(model: Path, texts: list[str]) -> float:
@@ -40,11 +40,7 @@ def passage_cosine(model: Path, texts: list[str]) -> float:
 
 
 def tb_scalar(run: Path, tag: str) -> dict[int, float]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run / "tensorboard"))
-    acc.Reload()
-    return {e.step: e.value for e in acc.Scalars(tag)} if tag in acc.Tags()["scalars"] else {}
+    return {e.step: e.value for e in tensorboard_scalars(run / "tensorboard").get(tag, [])}
 
 
 def main() -> int:

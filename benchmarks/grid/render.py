@@ -102,14 +102,16 @@ def other_seeds(a: dict, b: dict, task: str, first: dict, names: list[str]) -> s
     common = [s for s in a.get("other_seeds") or {} if s in (b.get("other_seeds") or {})]
     if not common:
         return ""
-    deltas = [first]
+    more = {}
     for s in common:
         pa, pb = (d["other_seeds"][s]["tasks"].get(task, {}).get("per_query", {}).get("ndcg_at_10") for d in (a, b))
         if pa and pb:
-            deltas.append(paired_bootstrap(pa, pb, 2000, 0))
-    each = "; ".join(f"at seed {s}: {interval(d)}" for s, d in zip(common, deltas[1:]))
-    return (f" {each[0].upper()}{each[1:]}. " + seed_verdict(deltas, len(deltas), f"{names[0]} keeps more",
-                                                            f"{names[1]} keeps more")) if each else ""
+            more[s] = paired_bootstrap(pa, pb, 2000, 0)
+    if not more:
+        return ""
+    each = "; ".join(f"at seed {s}: {interval(d)}" for s, d in more.items())
+    return (f" {each[0].upper()}{each[1:]}. " + seed_verdict([first, *more.values()], 1 + len(more),
+                                                            f"{names[0]} keeps more", f"{names[1]} keeps more"))
 
 
 def training_steps(doc: dict) -> str:

@@ -133,7 +133,8 @@ def run_row(row: Row, a, results: Path) -> str:
     """Run one row unless its results are current. Returns 'skipped' or 'ran'."""
     seed = getattr(a, "seed", None)
     symbolic = Ctx(a, symbolic=True)
-    if seed is not None and not reseed(row.stages(symbolic), seed)[1]:
+    placeholders, renamed = reseed(row.stages(symbolic), seed)
+    if seed is not None and not renamed:
         print(f"= {row.name}: no training stage, so no seed to repeat; skipped", flush=True)
         return "skipped"
     fp, config = fingerprint(row, symbolic, seed)
@@ -141,7 +142,7 @@ def run_row(row: Row, a, results: Path) -> str:
     dest = results / f"{name}.json"
     if dest.is_file() and not a.force:
         if recorded_fingerprint(dest) == fp:
-            copy_figures(name, reseed(row.stages(symbolic), seed)[0], {}, symbolic.out, results)
+            copy_figures(name, placeholders, {}, symbolic.out, results)
             print(f"= {name}: results current ({dest}), skipped", flush=True)
             return "skipped"
     ctx = Ctx(a, symbolic=False)
