@@ -85,7 +85,8 @@ def _doc(row, scores, speed=None, seed=0):
             "params": 134_515_008, "speed": speed, "compute_seconds": 600, "wall_seconds": 300,
             "code_version": "abc1234", "model_fingerprint": row,
             "stages": [{"name": f"{row}-eval", "command": f"dsprune eval --model m --out o/{row}-eval"}],
-            "training": {f"{row}-train": {"steps": 32}} if row.startswith(("t2-", "effir", "gapft-")) else {}}
+            "training": {f"{row}-train": {"steps": 32, "train_seconds": 1200.4}}
+            if row.startswith(("t2-", "effir", "gapft-", "sd-")) else {}}
 
 
 def _grid(tmp_path, means: dict, speeds: dict | None = None):
@@ -227,6 +228,37 @@ def test_module_claim_checks_mlp_rows_against_block_rows_with_their_sizes(tmp_pa
     assert ("- MLPs vs blocks, then the dense budget: Drop-8M (134.5M) − Drop-8B (106.2M) on financebench: "
             f"{d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]") in text
     assert "Drop-15M (134.5M) −" not in text                         # t1-8b is pending: no check
+
+
+def test_distilled_rows_change_only_the_recovery():
+    """The self-distilled rows start from the very stages of the rows they answer (the same folders), and only
+    their last training differs: a distillation from the dense retriever, the slimming mask held."""
+    ctx = inputs.Ctx(reproduce.parse([]), symbolic=True)
+    for row, rival, last in (("sd-15m", "t2-15m", "t2-15m-train"), ("sd-effir", "effir", "effir-train")):
+        ours, theirs = rows.ROWS[row].stages(ctx), rows.ROWS[rival].stages(ctx)
+        start = [s for s in theirs[:[s["name"] for s in theirs].index(last)]]
+        assert ours[:len(start)] == start
+        recovery = ours[len(start)]
+        assert recovery["name"] == f"{row}-distill" and recovery["launcher"] == "train"
+        assert recovery["args"]["mode"] == "distill" and recovery["args"]["teacher"] == "<dense>"
+        assert recovery["args"]["model"] == next(s for s in theirs if s["name"] == last)["args"]["model"]
+        assert recovery["args"].get("mask") == (next(s for s in theirs if s["name"] == last)["args"].get("mask"))
+    stages, renamed = run.reseed(rows.ROWS["sd-effir"].stages(ctx), 43)
+    assert renamed == {"effir-slim": "effir-slim-seed43", "effir-mask": "effir-mask-seed43",
+                       "sd-effir-distill": "sd-effir-distill-seed43", "sd-effir-eval": "sd-effir-eval-seed43"}
+
+
+def test_recovery_checks_pair_each_distilled_row_with_its_infonce_row(tmp_path):
+    results, docs = _grid(tmp_path, {"dense": 0.6, "untrained": 0.2, "t2-15m": 0.1, "sd-15m": 0.4, "effir": 0.1})
+    text = render.render(results, tmp_path / "RESULTS.md")
+    pq = {r: docs[r]["tasks"]["scifact_small"]["per_query"]["ndcg_at_10"] for r in docs}
+    d = paired_bootstrap(pq["sd-15m"], pq["t2-15m"], 2000, 0)
+    assert (f"- self-distillation vs InfoNCE, Drop-15M: Drop-15M, self-distilled − Drop-15M on scifact_small: "
+            f"{d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]") in text
+    assert "EffiR (15M + slim 30%), self-distilled −" not in text     # its row is pending: no check
+    assert "- recovery time, seconds of training (slimming + training for the EffiR rows): sd-15m 1200, " \
+           "t2-15m 1200, effir 1200." in text
+    assert "### The collapsed rows again" in text and "| Drop-15M, InfoNCE †" in text
 
 
 def test_mask_stage_width_plot_lands_beside_the_row_json(tmp_path):

@@ -26,7 +26,7 @@ from .render_overlap import render_overlap
 from .render_gaprune_embedder import render_gaprune_embedder
 from .render_table1 import render_table1
 from .render_throughput import render_throughput
-from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
+from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, RECOVERY_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
                    HEADLINE_TASK, MODEL_NOTE, ROWS, SCALED, TABLES, Table)
 from .section import section_result
 
@@ -117,6 +117,12 @@ def other_seeds(a: dict, b: dict, task: str, first: dict, names: list[str]) -> s
 def training_steps(doc: dict) -> str:
     steps = [str(v.get("steps")) for v in (doc.get("training") or {}).values() if v.get("steps") is not None]
     return " + ".join(steps) if steps else "–"
+
+
+def training_time(doc: dict) -> str:
+    """Seconds of the row's training loops (its ``train_seconds``), stage by stage."""
+    secs = [f"{v['train_seconds']:.0f}" for v in (doc.get("training") or {}).values() if v.get("train_seconds")]
+    return " + ".join(secs) if secs else "–"
 
 
 def training_seeds(doc: dict) -> str:
@@ -239,6 +245,11 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
     pair_checks(EFFIR_PAIRS, sizes=False)   # EffiR's claim: slimming beats deeper dropping at equal size
     lines += effir_start_lines(docs)
     pair_checks(DROP_PAIRS, sizes=True)     # EffiR's claims on what to drop
+    pair_checks(RECOVERY_PAIRS, sizes=False)   # does distillation undo the collapse?
+    seconds = {r: training_time(docs[r]) for a, b, _ in RECOVERY_PAIRS for r in (a, b) if r in docs}
+    if any(a in docs for a, _, _ in RECOVERY_PAIRS):
+        lines.append("- recovery time, seconds of training (slimming + training for the EffiR rows): "
+                     + ", ".join(f"{r} {s}" for r, s in seconds.items()) + ".")
     for what, _, row_of, _ in GAP_CLAIM_SETS:   # GAPrune's claim: DAI keeps domain quality best
         dai = row_of("dai")
         if dai not in docs or not pq(dai, DOMAIN_TASK):
@@ -260,7 +271,7 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
                          f"{r} {interval(c)}" for r, c in failed.items())
                      + "). Their training failed, so they test no claim of the papers; "
                      "`benchmarks/train_collapse.py` shows how (loss against ln N, passage cosine).")
-    budgets = {r: training_steps(docs[r]) for r in docs if r.startswith(("t2-", "effir"))}
+    budgets = {r: training_steps(docs[r]) for r in docs if r.startswith(("t2-", "effir", "sd-"))}
     if budgets:
         lines.append("- training steps (Table 2 / EffiR rows; EffiR's are slimming + training): "
                      + ", ".join(f"{r} {s}" for r, s in budgets.items()) + ".")

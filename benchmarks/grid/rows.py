@@ -25,9 +25,14 @@ EFFIR_PAIRS = [("effir", "t2-19m"), ("effir-4m", "t2-8m")]   # (drop + slim, dee
 DROP_PAIRS = [("t1-15m", "t1-8b", "MLPs vs blocks, no recovery training"),
               ("t2-8m", "t2-8b", "MLPs vs blocks, then the dense budget"),
               ("t2-15b", "t2-last15b", "blocks by importance vs the last blocks, then the dense budget")]
+# the recovery alone changes, (row, rival, question): the same dropped (and slimmed) SmolLM2 after the dense
+# budget's InfoNCE training or after self-distillation from the dense retriever in about its training time
+RECOVERY_PAIRS = [("sd-15m", "t2-15m", "self-distillation vs InfoNCE, Drop-15M"),
+                  ("sd-effir", "effir", "self-distillation vs InfoNCE, EffiR 15M + slim 30%")]
 HEADLINE_TASK = "scifact"
 MODEL_NOTE = ("SmolLM2-135M here is SmolLM2-135M-Instruct, 4-bit (Q4_1) GGUF dequantised to fp32: it stands in "
               "for a base model (no base SmolLM2 is available on these machines).")
+SD_STEPS = 60     # chosen so the distillation takes about the time t2-15m's and effir's training took
 SCALED = {
     "model": "SmolLM2-135M-Instruct Q4_1 dequantised (stand-in for a base LM), 30 blocks, 134.5M parameters",
     "layer counts": "the papers' Mistral-7B counts x 30/32: 16 -> 15, 20 -> 19; 4 and 8 kept",
@@ -43,6 +48,11 @@ SCALED = {
                "(GAPrune: 100 steps)",
     "evaluation": "scifact_small (300 queries, 1,000 docs) and FinanceBench test (75 questions), max length 128 "
                   "(EffiR: BEIR-13; GAPrune: FinMTEB); headline rows optionally on full SciFact",
+    "distillation": f"the collapsed rows' recovery replaced by self-distillation from the dense retriever (cosine "
+                    "to its embeddings + in-batch KL + InfoNCE on the pairs) over the texts of the dense budget's "
+                    "512 groups, unlabelled except their pairs: 2 ranks x 16 items, queries of at most 64 and passages of "
+                    f"at most 128 tokens, full parameters but the token embeddings, lr 2e-4, {SD_STEPS} steps, about the InfoNCE "
+                    "rows' training time (EffiR: LoRA, MS MARCO, a BGE-reranker teacher's scores)",
     "bench": "64 SciFact documents x 128 tokens, 128 queries, 2 threads, one run (+-0.1 between runs)",
 }
 
@@ -200,17 +210,50 @@ def t2_core(row: str, tag: str):
     return core
 
 
+def effir_slim(ctx: Ctx, prefix: str, tag: str, ratio: float) -> list[dict]:
+    """Drop TAG from SmolLM2, self-slim the kept MLPs' gates, mask RATIO of their neurons."""
+    slim = train(f"{prefix}-slim", ref(f"base-drop{tag}"), ctx, mode="slim", slim_train="gates", slim_lr=0.05,
+                 max_steps=40, per_device_batch_size=2, save_steps=20)
+    return base_drop(ctx, tag) + [
+        slim,
+        command(f"{prefix}-mask", "mask", gates=ref(f"{prefix}-slim"), ratio=ratio, min_per_layer=32,
+                model=ref(f"{prefix}-slim", "/model"))]
+
+
 def effir_core(prefix: str, tag: str, ratio: float):
-    """Coarse-to-fine: drop TAG from SmolLM2, self-slim the kept MLPs, mask RATIO of their neurons, train."""
+    """Coarse-to-fine: effir_slim, then the dense budget with the mask held."""
     def core(ctx: Ctx):
-        slim = train(f"{prefix}-slim", ref(f"base-drop{tag}"), ctx, mode="slim", slim_train="gates", slim_lr=0.05,
-                     max_steps=40, per_device_batch_size=2, save_steps=20)
-        return base_drop(ctx, tag) + [
-            slim,
-            command(f"{prefix}-mask", "mask", gates=ref(f"{prefix}-slim"), ratio=ratio, min_per_layer=32,
-                    model=ref(f"{prefix}-slim", "/model")),
+        return effir_slim(ctx, prefix, tag, ratio) + [
             train(f"{prefix}-train", ref(f"{prefix}-slim", "/model"), ctx, mask=ref(f"{prefix}-mask")),
         ], ref(f"{prefix}-train", "/model")
+    return core
+
+
+def distill(name: str, model: str, ctx: Ctx, mask: str | None = None) -> dict:
+    """Self-distillation from the dense retriever over the dense budget's texts: the student keeps the dense
+    row's encoder (pooling, normalisation), the teacher is the model the student should have become."""
+    opts = ctx.train
+    return launcher(name, "train", {
+        "mode": "distill", "model": model, "teacher": ctx.dense,
+        "distill_data": opts.get("train_data", "<train>"), "encoder": opts.get("encoder", "<train>"),
+        **({"mask": mask} if mask else {}),
+        "per_device_batch_size": 16, "query_max_length": 64, "passage_max_length": 128, "max_steps": SD_STEPS,
+        "learning_rate": 0.0002, "warmup_steps": 6, "lora": False, "freeze": "embed_tokens",
+        "gradient_checkpointing": True, "save_steps": 20, "seed": 42, "deepspeed": "ds_configs/zero2.json",
+        "scaled_settings": json.dumps({"distillation": SCALED["distillation"]}), "overwrite": True})
+
+
+def sd_core(row: str, tag: str, slim: tuple[str, float] | None = None):
+    """A collapsed row with its recovery replaced by self-distillation: the same drop (and slimming) of
+    SmolLM2, then ``distill`` (mask held)."""
+    def core(ctx: Ctx):
+        if slim:
+            prefix = slim[0]
+            stages = effir_slim(ctx, prefix, tag, slim[1])
+            stages.append(distill(f"{row}-distill", ref(f"{prefix}-slim", "/model"), ctx, ref(f"{prefix}-mask")))
+        else:
+            stages = base_drop(ctx, tag) + [distill(f"{row}-distill", ref(f"base-drop{tag}"), ctx)]
+        return stages, ref(f"{row}-distill", "/model")
     return core
 
 
@@ -254,6 +297,11 @@ def _rows() -> dict[str, Row]:
     rows.append(Row("effir-4m", "EffiR (4M + slim 15%)", "drop 4 MLPs, self-slim 40 steps, mask 15% of the "
                     "neurons (about 4 MLPs' worth, so the size of Drop-8M), then the dense budget",
                     effir_core("effir4m", "4m", 0.15), bench="model"))
+    rows.append(Row("sd-15m", "Drop-15M, self-distilled", "SmolLM2, drop 15 MLPs (as Drop-15M), then "
+                    "self-distillation from the dense retriever", sd_core("sd-15m", "15m")))
+    rows.append(Row("sd-effir", "EffiR (15M + slim 30%), self-distilled", "drop 15 MLPs, self-slim and mask 30% "
+                    "(EffiR's own stages), then self-distillation from the dense retriever with the mask held",
+                    sd_core("sd-effir", "15m", ("effir", 0.3))))
     for pct in (30, 50):
         for m in GAP_METHODS:
             rows.append(Row(f"gap-{m}-{pct}", f"{GAP_LABELS[m]} {pct}%", f"one-shot {GAP_METHODS[m]} mask, {pct}% of the MLP "
@@ -314,6 +362,15 @@ TABLES = [
           "size; EffiR-4M's training starts from neurons its slimming gates chose by training on the task, so "
           "this is no verdict (*Checks*).",
           {"dense": "full (= dense)"}),
+    Table("effir-distill", "The collapsed rows again, recovered by self-distillation from the dense retriever",
+          "dense", ["dense", "untrained", "t2-15m", "sd-15m", "effir", "sd-effir"],
+          "Drop-15M and EffiR (15M + slim 30%) start from the same dropped (and slimmed, masked) SmolLM2 as in "
+          "Table 2 / Table 3; only the recovery differs: the dense budget's InfoNCE LoRA training, or "
+          "distillation from the dense retriever (*Scaled settings*: distillation). The teacher is the dense "
+          "retriever, which the InfoNCE rows never see; that is the point of the comparison and also its "
+          "confound: the distilled rows learn from a model trained on the same texts. *untrained* shows where "
+          "a collapse lies.",
+          {"dense": "dense (the teacher)", "t2-15m": "Drop-15M, InfoNCE", "effir": "EffiR (15M + slim 30%), InfoNCE"}),
     Table("gaprune-t1", "GAPrune Table 1: one-shot MLP pruning of the dense retriever", "dense",
           ["dense"] + [f"gap-{m}-{p}" for p in (30, 50) for m in GAP_METHODS] + ["gap-daibal-50"],
           "Unstructured masks over the MLP weights (global budget), written as zeros: no size or speed change. "
