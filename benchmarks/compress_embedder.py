@@ -66,7 +66,10 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                            "share": ("plan", "drop", "eval-drop"), "versus": "seed2"},
             "slim-seed2": {"label": "coarse drop + slim, second training seed", "base": "slim",
                            "set": {"distill.seed": 43}, "rows": {"drop + distill": "drop + slim + distill, seed 43"},
-                           "share": ("plan", "drop", "slim", "mask", "export-mask", "eval-drop"), "versus": "seed2"}}
+                           "share": ("plan", "drop", "slim", "mask", "export-mask", "eval-drop"), "versus": "seed2"},
+            "infonce-seed2": {"label": "InfoNCE LoRA recovery, second training seed", "base": "infonce",
+                              "set": {"distill.seed": 43}, "rows": {"drop + distill": "drop + InfoNCE LoRA, seed 43"},
+                              "share": ("plan", "drop", "eval-drop"), "versus": "seed2"}}
 # stages a variant can take from the main run as they are: they read no stage the variant changes
 SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm", "bench-minilm")
 # the pair that says whether the distillation recovers anything, paired per query within one run
