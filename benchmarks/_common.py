@@ -84,7 +84,8 @@ def collect_recipe(recipe: Path, params: dict, out: Path, command: list[str], re
 
 
 def tensorboard_scalars(folder: Path) -> dict:
-    """Every scalar tag of a run's TensorBoard events -> its events (step, value, wall time), in step order."""
+    """Every scalar tag of a run's TensorBoard events (a folder, or one events file) -> its events (step, value,
+    wall time), in step order."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(folder), size_guidance={"scalars": 0})

@@ -139,15 +139,22 @@ def distill_summary(run: Path) -> dict:
 
 
 def curve(run: Path, log: list[dict]) -> list[dict]:
-    """The trainer's in-run scores, each with the seconds since the run's first TensorBoard event (its
-    step-0 evaluation, before any training), so that recoveries of different step costs meet at equal time."""
+    """The trainer's in-run scores, each with the seconds of training since the run's first TensorBoard event
+    (its step-0 evaluation, before any training), so that recoveries of different step costs meet at equal
+    time. A run resumed in another process wrote another events file; the pause between the two is not
+    training time, so each piece counts from its own first event, after the whole of the pieces before it."""
     points = [{"step": r["step"], "ndcg_at_10": r["eval_ndcg_at_10"]} for r in log if "eval_ndcg_at_10" in r]
     tb = run / "tensorboard"
-    scalars = tensorboard_scalars(tb) if tb.is_dir() else {}
-    if "eval/ndcg_at_10" not in scalars:
-        return points
-    start = min(events[0].wall_time for events in scalars.values() if events)
-    at = {e.step: e.wall_time - start for e in scalars["eval/ndcg_at_10"]}
+    pieces = sorted(tb.glob("events.out.tfevents.*")) if tb.is_dir() else []
+    at: dict[int, float] = {}
+    before = 0.0
+    for piece in pieces:
+        scalars = {tag: events for tag, events in tensorboard_scalars(piece).items() if events}
+        if not scalars:
+            continue
+        start = min(events[0].wall_time for events in scalars.values())
+        at.update({e.step: before + e.wall_time - start for e in scalars.get("eval/ndcg_at_10", [])})
+        before += max(events[-1].wall_time for events in scalars.values()) - start
     return [{**p, **({"seconds": round(at[p["step"]], 1)} if p["step"] in at else {})} for p in points]
 
 

@@ -2,6 +2,7 @@
 kept with their command, and RESULTS.md shows them with the retention of every model."""
 import json
 import shutil
+import time
 
 import pytest
 
@@ -262,15 +263,25 @@ def test_infonce_variant_renders_its_recovery_and_the_curves_meet_in_minutes(tmp
     writer.add_scalar("loss/total", 1.0, 1, walltime=1010.0)
     writer.add_scalar("eval/ndcg_at_10", 0.3, 2, walltime=1180.0)
     writer.close()
+    # resumed an hour later in another process: the pause is no training time
+    time.sleep(1.1)                         # events files are named by the second they were opened
+    writer = SummaryWriter(str(run / "tensorboard"))
+    writer.add_scalar("loss/total", 0.5, 3, walltime=4800.0)
+    writer.add_scalar("eval/ndcg_at_10", 0.35, 4, walltime=4860.0)
+    writer.close()
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    log[3]["eval_ndcg_at_10"] = 0.35
+    (run / "log.jsonl").write_text("\n".join(map(json.dumps, log)))
     doc = json.loads(ce.collect({}, ce.out_of("infonce"), results, "infonce").read_text())
-    assert doc["distill"]["curve"] == [{"step": 2, "ndcg_at_10": 0.3, "seconds": 180.0}]
+    assert doc["distill"]["curve"] == [{"step": 2, "ndcg_at_10": 0.3, "seconds": 180.0},
+                                       {"step": 4, "ndcg_at_10": 0.35, "seconds": 240.0}]
     ce.plot_runs(results)
     assert (results / "compress_embedder_curves.png").is_file()
     text = render.render(results, tmp_path / "RESULTS.md")
     assert "then InfoNCE LoRA instead of the distillation: 4 steps of 16 queries per rank × 2 ranks, groups of 2 " \
            "passages from ['g.jsonl'], LoRA r=32 α=64" in text
     assert "Recovery in the InfoNCE LoRA recovery run (InfoNCE LoRA − no recovery" in text
-    assert "  - InfoNCE LoRA recovery: 2: 0.3000 (3 min)." in text
+    assert "  - InfoNCE LoRA recovery: 2: 0.3000 (3 min), 4: 0.3500 (4 min)." in text
     assert "![learning curves against time](results/compress_embedder_curves.png)" in text
 
 
