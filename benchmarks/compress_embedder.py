@@ -53,9 +53,11 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                         "rows": {"drop + distill": "drop + InfoNCE LoRA"}, "share": ("plan", "drop", "eval-drop")},
             # the main plan's distillation run longer (its curve still rises at 140 steps) over more unlabelled text:
             # every SciFact abstract besides the recipe's texts, so about 4 passes over the data instead of 12;
-            # checkpoints every 50 steps, so the ~6 h run can go in pieces (the recipe resumes it)
+            # checkpoints every 50 steps, so the ~6 h run can go in pieces (the recipe resumes it); its monitor
+            # truncates as the evaluation does, so its curve reads on the tables' scale
             "long": {"label": "longer distillation", "set": {
                          "distill.max_steps": 1000, "distill.eval_steps": 100, "distill.save_steps": 50,
+                         "distill.eval_max_length": 128,
                          "distill.distill_data": ["${mine}/groups.jsonl", "${mine-fin}/groups.jsonl",
                                                   "passages=financebench/corpus.jsonl", "passages=scifact/corpus.jsonl"]},
                      "rows": {"drop + distill": "drop + distill, 1000 steps"}, "share": ("plan", "drop", "eval-drop")},
@@ -131,7 +133,7 @@ def distill_summary(run: Path) -> dict:
                        ("mode", "distill_data", "train_data", "group_size", "per_device_batch_size", "num_epochs",
                         "max_steps", "learning_rate", "warmup_steps", "lora", "lora_r", "lora_alpha", "freeze",
                         "passage_max_length", "query_max_length", "temperature", "distill_embed_weight",
-                        "distill_kl_weight", "infonce_weight", "eval_task", "eval_split", "seed")},
+                        "distill_kl_weight", "infonce_weight", "eval_task", "eval_split", "eval_max_length", "seed")},
             "distill": man.get("distill"), "steps": len(rows),
             "first": {k: rows[0].get(k) for k in keep} if rows else None,
             "last": {k: rows[-1].get(k) for k in keep} if rows else None,

@@ -256,7 +256,7 @@ def test_infonce_variant_renders_its_recovery_and_the_curves_meet_in_minutes(tmp
     run = ce.out_of("infonce") / "distill"
     man = json.loads((run / "manifest.json").read_text())
     man["config"].update(mode="train", train_data=["g.jsonl"], group_size=2, lora=True, lora_r=32, lora_alpha=64,
-                         temperature=0.02)
+                         temperature=0.02, eval_max_length=128)
     (run / "manifest.json").write_text(json.dumps(man))
     writer = SummaryWriter(str(run / "tensorboard"))
     writer.add_scalar("eval/ndcg_at_10", 0.2, 0, walltime=1000.0)
@@ -281,7 +281,7 @@ def test_infonce_variant_renders_its_recovery_and_the_curves_meet_in_minutes(tmp
     assert "then InfoNCE LoRA instead of the distillation: 4 steps of 16 queries per rank × 2 ranks, groups of 2 " \
            "passages from ['g.jsonl'], LoRA r=32 α=64" in text
     assert "Recovery in the InfoNCE LoRA recovery run (InfoNCE LoRA − no recovery" in text
-    assert "  - InfoNCE LoRA recovery: 2: 0.3000 (3 min), 4: 0.3500 (4 min)." in text
+    assert "  - InfoNCE LoRA recovery (at most 128 tokens): 2: 0.3000 (3 min), 4: 0.3500 (4 min)." in text
     assert "![learning curves against time](results/compress_embedder_curves.png)" in text
 
 

@@ -139,6 +139,7 @@ def _args(tmp_path, tiny_dirs, **kw):
     ({"teacher": "/no/such/teacher"}, "teacher not found"),
     ({"resume": "true"}, "--resume: no checkpoint"),
     ({"grad_cache_chunk": -1}, "grad_cache_chunk must be >= 0"),
+    ({"eval_max_length": 1}, "eval_max_length must be 0"),
 ])
 def test_bad_options_fail_before_start(tmp_path, tiny_dirs, kw, message):
     args = _args(tmp_path, tiny_dirs, **kw)

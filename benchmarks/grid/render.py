@@ -528,8 +528,9 @@ def curve_lines(d: dict, variants: list[dict], table: dict) -> list[str]:
     drop_only = next((r for r in table["rows"] if r["label"] == "drop only"), None)
     start = drop_only["tasks"].get(cfg.get("eval_task"), {}).get("score") if drop_only else None
     out = [f"- **Learning curves** (nDCG@10 on {task}, scored by the trainer during each run; monitoring only, "
-           "never used to pick a checkpoint; the trainer encodes at the model's own maximum length, not truncated "
-           "as in the tables' evaluation, so its scores are not the tables'; step: score, in brackets wall-clock minutes since the run's step-0 "
+           "never used to pick a checkpoint; unless a run names a length, the trainer encodes at the model's own "
+           "maximum length, not truncated as in the tables' evaluation, so its scores are not the tables'; "
+           "step: score, in brackets wall-clock minutes since the run's step-0 "
            "score, lengthened by whatever else ran on the machine at the time; a run resumed in a later process "
            "counts each process's own minutes, not the pause between them"
            + (f"; before training, the main plan's drop only scores {start:.4f} by `dsprune eval`" if start is not None
@@ -537,7 +538,8 @@ def curve_lines(d: dict, variants: list[dict], table: dict) -> list[str]:
     for name, r in runs:
         points = [f"{c['step']}: {c['ndcg_at_10']:.4f}" + (f" ({c['seconds'] / 60:.0f} min)" if "seconds" in c else "")
                   for c in r["distill"]["curve"]]
-        out.append(f"  - {name}: " + ", ".join(points) + ".")
+        length = r["distill"]["config"].get("eval_max_length")
+        out.append(f"  - {name}" + (f" (at most {length} tokens)" if length else "") + ": " + ", ".join(points) + ".")
     return out
 
 

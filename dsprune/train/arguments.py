@@ -88,6 +88,9 @@ class TrainingArgs:
     eval_max_queries: int = field(default=0, metadata={"help": "subsample eval queries (0 = all)"})
     eval_max_docs: int = field(default=0, metadata={"help": "subsample the eval corpus, judged docs kept (0 = all)"})
     eval_batch_size: int = 32
+    eval_max_length: int = field(default=0, metadata={
+        "help": "truncate eval queries and documents to this many tokens, as `dsprune eval --max_length` does "
+                "(0 = the encoder's own lengths)"})
     scaled_settings: str | None = field(default=None, metadata={
         "help": "what was scaled down for this machine and why (JSON or a YAML mapping), kept in the manifest"})
     export: bool = field(default=True, metadata={"help": "write the trained model as a dsprune export to "
@@ -165,6 +168,8 @@ def validate(args: TrainArgs) -> None:
                                                        f"not {args.lr_scheduler!r}")
     need(args.max_steps >= 0 and args.num_epochs > 0, "max_steps must be >= 0 and num_epochs > 0")
     need(args.save_steps >= 0 and args.eval_steps >= 0, "save_steps and eval_steps must be >= 0")
+    need(args.eval_max_length == 0 or args.eval_max_length >= 2,
+         f"eval_max_length must be 0 (the encoder's own lengths) or at least 2, not {args.eval_max_length}")
     need(not (args.resume and args.overwrite), "resume and overwrite exclude each other")
     if args.lora:
         need(args.lora_r >= 1, f"lora_r must be at least 1, not {args.lora_r}")

@@ -32,7 +32,7 @@ class EvalSet:
         self.qrels = {q: beir.qrels[q] for q in qids}
 
 
-def _sharded_encode(enc, texts: list[str], kind: str, batch_size: int) -> torch.Tensor:
+def _sharded_encode(enc, texts: list[str], kind: str, batch_size: int, max_length: int | None) -> torch.Tensor:
     """Every rank encodes an equal slice (padded), then all ranks gather all embeddings in order."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -40,7 +40,7 @@ def _sharded_encode(enc, texts: list[str], kind: str, batch_size: int) -> torch.
     padded = texts + [texts[-1]] * (per * world - len(texts))
     mine = padded[rank * per:(rank + 1) * per]
     # equal-length shards give every rank the same number of forwards (needed by ZeRO-3)
-    emb = enc.encode(mine, kind, batch_size=batch_size, show_progress=False).to(enc.device)
+    emb = enc.encode(mine, kind, batch_size=batch_size, show_progress=False, max_length=max_length).to(enc.device)
     if world > 1:
         parts = [torch.empty_like(emb) for _ in range(world)]
         dist.all_gather(parts, emb.contiguous())
@@ -62,10 +62,12 @@ def ndcg_at_k(scores: torch.Tensor, doc_ids: list[str], qids: list[str], qrels: 
 
 
 @torch.no_grad()
-def evaluate(enc, data: EvalSet, batch_size: int = 32) -> dict:
+def evaluate(enc, data: EvalSet, batch_size: int = 32, max_length: int | None = None) -> dict:
+    """nDCG@10 of ``enc`` on ``data``; ``max_length`` truncates queries and documents (None: the encoder's
+    own lengths), so that the monitor can score as the final evaluation does."""
     was = enc.training
     enc.eval()
-    q = _sharded_encode(enc, data.queries, "query", batch_size)
-    d = _sharded_encode(enc, data.docs, "passage", batch_size)
+    q = _sharded_encode(enc, data.queries, "query", batch_size, max_length)
+    d = _sharded_encode(enc, data.docs, "passage", batch_size, max_length)
     enc.train(was)
     return {"ndcg_at_10": ndcg_at_k(q @ d.T, data.doc_ids, data.qids, data.qrels, 10)}

@@ -364,7 +364,7 @@ def eval_set(args: TrainArgs):
 def evaluate(run: Run, m: Models, data, log: RunLog, step: int) -> dict:
     """nDCG@10 of the model being trained (all ranks together), logged at ``step``."""
     from .evaluate import evaluate as score
-    res = score(m.model, data, run.args.eval_batch_size)
+    res = score(m.model, data, run.args.eval_batch_size, run.args.eval_max_length or None)
     log.add_eval(res, step)
     return {**res, "step": step}
 
