@@ -51,6 +51,12 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                                 "distill.gradient_checkpointing": True, "distill.max_steps": 150,
                                 "distill.eval_steps": 25, "distill.save_steps": 100},
                         "rows": {"drop + distill": "drop + InfoNCE LoRA"}, "share": ("plan", "drop", "eval-drop")},
+            # the distillation with the InfoNCE run's LoRA (r=32, alpha=64) instead of full parameters: of the ways
+            # the two recoveries differ, this isolates the parameters trained
+            "distill-lora": {"label": "distillation through LoRA", "set": {
+                                 "distill.lora": True, "distill.lora_r": 32, "distill.lora_alpha": 64,
+                                 "distill.freeze": None, "distill.gradient_checkpointing": True},
+                             "rows": {"drop + distill": "drop + distill (LoRA)"}, "share": ("plan", "drop", "eval-drop")},
             # the main plan's distillation run longer (its curve still rises at 140 steps) over more unlabelled text:
             # every SciFact abstract besides the recipe's texts, so about 4 passes over the data instead of 12;
             # checkpoints every 50 steps, so the ~6 h run can go in pieces (the recipe resumes it); its monitor
