@@ -56,7 +56,8 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
             "distill-lora": {"label": "distillation through LoRA", "set": {
                                  "distill.lora": True, "distill.lora_r": 32, "distill.lora_alpha": 64,
                                  "distill.freeze": None, "distill.gradient_checkpointing": True},
-                             "rows": {"drop + distill": "drop + distill (LoRA)"}, "share": ("plan", "drop", "eval-drop")},
+                             "rows": {"drop + distill": "drop + distill (LoRA)"},
+                             "share": ("plan", "drop", "eval-drop")},
             # the main plan's distillation run longer (its curve still rises at 140 steps) over more unlabelled text:
             # every SciFact abstract besides the recipe's texts, so about 4 passes over the data instead of 12;
             # checkpoints every 50 steps, so the ~6 h run can go in pieces (the recipe resumes it); its monitor

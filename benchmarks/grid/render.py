@@ -26,8 +26,8 @@ from .render_overlap import render_overlap
 from .render_gaprune_embedder import render_gaprune_embedder
 from .render_table1 import render_table1
 from .render_throughput import render_throughput
-from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, RECOVERY_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
-                   HEADLINE_TASK, MODEL_NOTE, ROWS, SCALED, TABLES, Table)
+from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
+                   HEADLINE_TASK, MODEL_NOTE, RECOVERY_PAIRS, ROWS, SCALED, TABLES, Table)
 from .section import section_result
 
 RESULTS = REPO / "benchmarks" / "results"       # one JSON per finished row, and the figures RESULTS.md shows

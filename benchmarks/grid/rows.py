@@ -48,11 +48,12 @@ SCALED = {
                "(GAPrune: 100 steps)",
     "evaluation": "scifact_small (300 queries, 1,000 docs) and FinanceBench test (75 questions), max length 128 "
                   "(EffiR: BEIR-13; GAPrune: FinMTEB); headline rows optionally on full SciFact",
-    "distillation": f"the collapsed rows' recovery replaced by self-distillation from the dense retriever (cosine "
+    "distillation": "the collapsed rows' recovery replaced by self-distillation from the dense retriever (cosine "
                     "to its embeddings + in-batch KL + InfoNCE on the pairs) over the texts of the dense budget's "
-                    "512 groups, unlabelled except their pairs: 2 ranks x 16 items, queries of at most 64 and passages of "
-                    f"at most 128 tokens, full parameters but the token embeddings, lr 2e-4, {SD_STEPS} steps, about the InfoNCE "
-                    "rows' training time (EffiR: LoRA, MS MARCO, a BGE-reranker teacher's scores)",
+                    "512 groups, unlabelled except their pairs: 2 ranks x 16 items, queries of at most 64 and "
+                    "passages of at most 128 tokens, full parameters but the token embeddings, lr 2e-4, "
+                    f"{SD_STEPS} steps, about the InfoNCE rows' training time (EffiR: LoRA, MS MARCO, a "
+                    "BGE-reranker teacher's scores)",
     "bench": "64 SciFact documents x 128 tokens, 128 queries, 2 threads, one run (+-0.1 between runs)",
 }
 
@@ -370,7 +371,8 @@ TABLES = [
           "retriever, which the InfoNCE rows never see; that is the point of the comparison and also its "
           "confound: the distilled rows learn from a model trained on the same texts. *untrained* shows where "
           "a collapse lies.",
-          {"dense": "dense (the teacher)", "t2-15m": "Drop-15M, InfoNCE", "effir": "EffiR (15M + slim 30%), InfoNCE"}),
+          {"dense": "dense (the teacher)", "t2-15m": "Drop-15M, InfoNCE",
+           "effir": "EffiR (15M + slim 30%), InfoNCE"}),
     Table("gaprune-t1", "GAPrune Table 1: one-shot MLP pruning of the dense retriever", "dense",
           ["dense"] + [f"gap-{m}-{p}" for p in (30, 50) for m in GAP_METHODS] + ["gap-daibal-50"],
           "Unstructured masks over the MLP weights (global budget), written as zeros: no size or speed change. "
