@@ -101,6 +101,13 @@ def _grid(tmp_path, means: dict, speeds: dict | None = None):
     return results, docs
 
 
+def _interval(docs: dict, a: str, b: str, task: str) -> str:
+    """``a`` − ``b`` on ``task`` as RESULTS.md writes it: difference [low, high] of the paired bootstrap."""
+    pq = {r: docs[r]["tasks"][task]["per_query"]["ndcg_at_10"] for r in (a, b)}
+    d = paired_bootstrap(pq[a], pq[b], 2000, 0)
+    return f"{d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+
+
 def test_render_tables_with_cis_and_pending(tmp_path):
     results, docs = _grid(tmp_path, {"dense": 0.6, "untrained": 0.2, "t1-4a": 0.5, "t2-19m": 0.55, "effir": 0.57},
                           {"t2-19m": {"document": 1.6, "query": 1.5}, "effir": {"document": 1.7, "query": 1.6}})
@@ -196,13 +203,11 @@ def test_gaprune_claim_check_compares_dai_with_each_baseline_on_the_domain(tmp_p
                                          "gapft-dai-50": 0.4, "gapft-fisher-50": 0.45})
     text = render.render(results, tmp_path / "RESULTS.md")
     check = next(x for x in text.splitlines() if x.startswith("- DAI − other masks, one-shot 50%, on financebench"))
-    pq = {r: docs[r]["tasks"]["financebench"]["per_query"]["ndcg_at_10"] for r in docs}
-    d = paired_bootstrap(pq["gap-dai-50"], pq["gap-magnitude-50"], 2000, 0)
-    assert f"magnitude {d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]" in check
+    assert f"magnitude {_interval(docs, 'gap-dai-50', 'gap-magnitude-50', 'financebench')}" in check
     assert "random +" in check and "fisher" not in check              # a pending baseline is left out
     ft = next(x for x in text.splitlines() if x.startswith("- DAI − other masks, one-shot 50% of the finance-aware"))
-    d = paired_bootstrap(pq["gapft-dai-50"], pq["gapft-fisher-50"], 2000, 0)
-    assert ft.endswith(f"domain fisher {d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}].")   # its own model's rows
+    # its own model's rows
+    assert ft.endswith(f"domain fisher {_interval(docs, 'gapft-dai-50', 'gapft-fisher-50', 'financebench')}.")
     assert "one-shot 30%" not in text and "+ retrain, on" not in text  # no DAI row there: no check
     assert "gaprune_methods.png)" in text and (results / "gaprune_methods.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -210,10 +215,8 @@ def test_gaprune_claim_check_compares_dai_with_each_baseline_on_the_domain(tmp_p
 def test_effir_claim_checks_each_pair_of_equal_size(tmp_path):
     results, docs = _grid(tmp_path, {"dense": 0.6, "t2-8m": 0.4, "effir-4m": 0.5})
     text = render.render(results, tmp_path / "RESULTS.md")
-    pq = {r: docs[r]["tasks"]["scifact_small"]["per_query"]["ndcg_at_10"] for r in docs}
-    d = paired_bootstrap(pq["effir-4m"], pq["t2-8m"], 2000, 0)
-    assert (f"- EffiR (4M + slim 15%) − Drop-8M on scifact_small: {d['diff']:+.4f} "
-            f"[{d['low']:+.4f}, {d['high']:+.4f}]") in text
+    assert (f"- EffiR (4M + slim 15%) − Drop-8M on scifact_small: "
+            f"{_interval(docs, 'effir-4m', 't2-8m', 'scifact_small')}") in text
     assert "Drop-19M on" not in text                                  # its pair is pending: no check
     assert "### EffiR Table 3 at a milder point" in text and "effir-4m 32" in text
 
@@ -223,10 +226,8 @@ def test_module_claim_checks_mlp_rows_against_block_rows_with_their_sizes(tmp_pa
     docs["t2-8b"]["params"] = 106_200_000
     (results / "t2-8b.json").write_text(json.dumps(docs["t2-8b"]))
     text = render.render(results, tmp_path / "RESULTS.md")
-    pq = {r: docs[r]["tasks"]["financebench"]["per_query"]["ndcg_at_10"] for r in docs}
-    d = paired_bootstrap(pq["t2-8m"], pq["t2-8b"], 2000, 0)
     assert ("- MLPs vs blocks, then the dense budget: Drop-8M (134.5M) − Drop-8B (106.2M) on financebench: "
-            f"{d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]") in text
+            f"{_interval(docs, 't2-8m', 't2-8b', 'financebench')}") in text
     assert "Drop-15M (134.5M) −" not in text                         # t1-8b is pending: no check
 
 
@@ -236,7 +237,7 @@ def test_distilled_rows_change_only_the_recovery():
     ctx = inputs.Ctx(reproduce.parse([]), symbolic=True)
     for row, rival, last in (("sd-15m", "t2-15m", "t2-15m-train"), ("sd-effir", "effir", "effir-train")):
         ours, theirs = rows.ROWS[row].stages(ctx), rows.ROWS[rival].stages(ctx)
-        start = [s for s in theirs[:[s["name"] for s in theirs].index(last)]]
+        start = theirs[:[s["name"] for s in theirs].index(last)]
         assert ours[:len(start)] == start
         recovery = ours[len(start)]
         assert recovery["name"] == f"{row}-distill" and recovery["launcher"] == "train"
@@ -251,10 +252,8 @@ def test_distilled_rows_change_only_the_recovery():
 def test_recovery_checks_pair_each_distilled_row_with_its_infonce_row(tmp_path):
     results, docs = _grid(tmp_path, {"dense": 0.6, "untrained": 0.2, "t2-15m": 0.1, "sd-15m": 0.4, "effir": 0.1})
     text = render.render(results, tmp_path / "RESULTS.md")
-    pq = {r: docs[r]["tasks"]["scifact_small"]["per_query"]["ndcg_at_10"] for r in docs}
-    d = paired_bootstrap(pq["sd-15m"], pq["t2-15m"], 2000, 0)
-    assert (f"- self-distillation vs InfoNCE, Drop-15M: Drop-15M, self-distilled − Drop-15M on scifact_small: "
-            f"{d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]") in text
+    assert ("- self-distillation vs InfoNCE, Drop-15M: Drop-15M, self-distilled − Drop-15M on scifact_small: "
+            f"{_interval(docs, 'sd-15m', 't2-15m', 'scifact_small')}") in text
     assert "EffiR (15M + slim 30%), self-distilled −" not in text     # its row is pending: no check
     assert "- recovery time, seconds of training (slimming + training for the EffiR rows): sd-15m 1200, " \
            "t2-15m 1200, effir 1200." in text
