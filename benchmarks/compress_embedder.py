@@ -57,7 +57,7 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                                  "distill.lora": True, "distill.lora_r": 32, "distill.lora_alpha": 64,
                                  "distill.freeze": None, "distill.gradient_checkpointing": True},
                              "rows": {"drop + distill": "drop + distill (LoRA)"},
-                             "share": ("plan", "drop", "eval-drop")},
+                             "share": ("plan", "drop", "eval-drop"), "versus": ("infonce",)},
             # the main plan's distillation run longer (its curve still rises at 140 steps) over more unlabelled text:
             # every SciFact abstract besides the recipe's texts, so about 4 passes over the data instead of 12;
             # checkpoints every 50 steps, so the ~6 h run can go in pieces (the recipe resumes it); its monitor
@@ -72,13 +72,17 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
             # pairs its trained model with the main plan's at the same seed (the comparison its base makes at 42)
             "last-seed2": {"label": "drop-last-k, second training seed", "base": "last", "set": {"distill.seed": 43},
                            "rows": {"drop + distill": "drop-last-k + distill, seed 43"},
-                           "share": ("plan", "drop", "eval-drop"), "versus": "seed2"},
+                           "share": ("plan", "drop", "eval-drop"), "versus": ("seed2",)},
             "slim-seed2": {"label": "coarse drop + slim, second training seed", "base": "slim",
                            "set": {"distill.seed": 43}, "rows": {"drop + distill": "drop + slim + distill, seed 43"},
-                           "share": ("plan", "drop", "slim", "mask", "export-mask", "eval-drop"), "versus": "seed2"},
+                           "share": ("plan", "drop", "slim", "mask", "export-mask", "eval-drop"), "versus": ("seed2",)},
             "infonce-seed2": {"label": "InfoNCE LoRA recovery, second training seed", "base": "infonce",
                               "set": {"distill.seed": 43}, "rows": {"drop + distill": "drop + InfoNCE LoRA, seed 43"},
-                              "share": ("plan", "drop", "eval-drop"), "versus": "seed2"}}
+                              "share": ("plan", "drop", "eval-drop"), "versus": ("seed2",)},
+            "distill-lora-seed2": {"label": "distillation through LoRA, second training seed", "base": "distill-lora",
+                                   "set": {"distill.seed": 43},
+                                   "rows": {"drop + distill": "drop + distill (LoRA), seed 43"},
+                                   "share": ("plan", "drop", "eval-drop"), "versus": ("seed2", "infonce-seed2")}}
 # stages a variant can take from the main run as they are: they read no stage the variant changes
 SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm", "bench-minilm")
 # the pair that says whether the distillation recovers anything, paired per query within one run
@@ -184,7 +188,7 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
     if variant:
         doc["against_main"] = against_main(main or out_of(base_of(variant)), out, variant)
         if "versus" in VARIANTS[variant]:
-            doc["versus"] = versus(out_of(VARIANTS[variant]["versus"]), out, variant)
+            doc["versus"] = versus(out, variant)
     keep_version(doc, results / f"{name_of(variant)}.json")
     return keep_results(doc, out, results, name_of(variant))
 
@@ -266,11 +270,12 @@ def against_main(main: Path, out: Path, variant: str) -> dict:
     return found
 
 
-def versus(other: Path, out: Path, variant: str) -> dict:
-    """The variant's trained model − the ``versus`` run's (the main plan at the same seed), paired per query."""
-    label, against = VARIANTS[variant]["rows"]["drop + distill"], labels_of(VARIANTS[variant]["versus"])
-    return {label: {"against": against["drop + distill"], "run": VARIANTS[variant]["versus"],
-                    **paired(other / "eval", out / "eval")}}
+def versus(out: Path, variant: str) -> dict:
+    """The variant's trained model − each ``versus`` run's (trained at the same seed), paired per query; keyed
+    by that run."""
+    label = VARIANTS[variant]["rows"]["drop + distill"]
+    return {run: {"label": label, "against": labels_of(run)["drop + distill"], "run": run,
+                  **paired(out_of(run) / "eval", out / "eval")} for run in VARIANTS[variant]["versus"]}
 
 
 def report_rows(variant: str) -> dict:

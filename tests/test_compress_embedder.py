@@ -218,7 +218,8 @@ def test_the_same_comparison_at_two_seeds_gives_a_verdict(tmp_path, monkeypatch)
                                             "slim-seed2": (0.8, 0.3)},
                     {"": 42, "seed2": 43, "slim": 42, "slim-seed2": 43})
     vdoc = json.loads((results / "compress_embedder_slim-seed2.json").read_text())
-    assert vdoc["versus"]["drop + slim + distill, seed 43"]["against"] == "drop + distill, seed 43"
+    assert vdoc["versus"]["seed2"]["against"] == "drop + distill, seed 43"
+    assert vdoc["versus"]["seed2"]["label"] == "drop + slim + distill, seed 43"
     assert set(vdoc["against_main"]) == {"drop + slim + distill, seed 43"}     # against its base, seed 42
     text = render.render(results, tmp_path / "RESULTS.md")
     assert "drop + slim + distill − drop + distill (each at the same seed, paired per query, mean over the tasks): " \
@@ -230,6 +231,28 @@ def test_the_same_comparison_at_two_seeds_gives_a_verdict(tmp_path, monkeypatch)
     # one seed of a comparison is no verdict
     (results / "compress_embedder_slim-seed2.json").unlink()
     assert "drop + slim + distill is better" not in render.render(results, tmp_path / "RESULTS.md")
+
+
+def test_two_variants_paired_at_each_seed_give_their_own_verdict(tmp_path, monkeypatch):
+    """The distillation through LoRA against the InfoNCE LoRA recovery (two variants, neither the main run) at
+    seeds 42 and 43, besides each against the main plan at its seed."""
+    results = _runs(tmp_path, monkeypatch,
+                    {"": (0.5, 0.2), "seed2": (0.5, 0.2), "infonce": (0.7, 0.2), "infonce-seed2": (0.7, 0.2),
+                     "distill-lora": (0.6, 0.2), "distill-lora-seed2": (0.6, 0.2)},
+                    {"": 42, "seed2": 43, "infonce": 42, "infonce-seed2": 43, "distill-lora": 42,
+                     "distill-lora-seed2": 43})
+    vdoc = json.loads((results / "compress_embedder_distill-lora-seed2.json").read_text())
+    assert set(vdoc["versus"]) == {"seed2", "infonce-seed2"}
+    assert vdoc["versus"]["infonce-seed2"]["mean_delta"]["high"] < 0        # 0.6 against 0.7
+    text = render.render(results, tmp_path / "RESULTS.md")
+    assert "drop + distill (LoRA) − drop + InfoNCE LoRA (each at the same seed, paired per query, mean over the " \
+           "tasks): seed 42: " in text
+    assert "Verdict (2 seeds, every interval below 0): drop + InfoNCE LoRA is better." in text
+    assert "Verdict (2 seeds, every interval above 0): drop + distill (LoRA) is better." in text
+    # without the second seed's run, its pairing with the InfoNCE run is one seed: no verdict
+    (results / "compress_embedder_distill-lora-seed2.json").unlink()
+    assert "every interval below 0): drop + InfoNCE LoRA is better" not in render.render(results,
+                                                                                       tmp_path / "RESULTS.md")
 
 
 def test_infonce_recovery_is_a_train_stage_the_launcher_accepts(tmp_path):

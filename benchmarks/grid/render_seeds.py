@@ -59,17 +59,17 @@ def recovered_by(doc: dict) -> str:
 def comparison_lines(main: dict, variants: list[dict]) -> list[str]:
     """Two trained models of different runs at the same seed, paired per query, grouped over seeds: a variant
     against the main run (``against_main``, seeds equal) and a variant's second seed against the main run's
-    second seed (``versus``)."""
+    second seed or another variant's (``versus``)."""
     runs = {family(d) if not d.get("variant") else d["variant"]["name"]: d for d in (main, *variants)}
     groups: dict[tuple, list] = {}
     for doc in variants:
         pairs = []
         if family(doc) == doc["variant"]["name"] and seed_of(doc) == seed_of(main):
             pairs = [(label, a, main) for label, a in (doc.get("against_main") or {}).items() if a.get("trained")]
-        for label, a in (doc.get("versus") or {}).items():
+        for a in (doc.get("versus") or {}).values():
             other = runs.get(a["run"])
             if other is not None and seed_of(other) == seed_of(doc):
-                pairs.append((label, a, other))
+                pairs.append((a["label"], a, other))
         for label, a, other in pairs:
             key = (family(doc), family(other))
             groups.setdefault(key, []).append((seed_of(doc), label, a))
