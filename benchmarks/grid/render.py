@@ -545,14 +545,19 @@ def curve_lines(d: dict, variants: list[dict], table: dict) -> list[str]:
 
 def recovery_of(v: dict, main: dict) -> str:
     """How a variant recovered its pruned model: the main run's distillation, or its own training."""
-    dist, cfg = v["distill"], v["distill"]["config"]
-    if (cfg.get("mode") or "distill") == (main["distill"]["config"].get("mode") or "distill"):
-        return f"the same distillation ({dist['steps']} steps, seed {cfg.get('seed')})"
-    lora = f"LoRA r={cfg['lora_r']} α={cfg['lora_alpha']}" if cfg.get("lora") else "full parameters"
+    dist, cfg, main_cfg = v["distill"], v["distill"]["config"], main["distill"]["config"]
+    lora = trained_params(cfg)
+    if (cfg.get("mode") or "distill") == (main_cfg.get("mode") or "distill"):
+        how = "" if lora == trained_params(main_cfg) else f" through {lora} instead of {trained_params(main_cfg)}"
+        return f"the same distillation{how} ({dist['steps']} steps, seed {cfg.get('seed')})"
     return (f"{v['variant'].get('recovery', cfg.get('mode'))} instead of the distillation: {dist['steps']} steps of "
             f"{cfg['per_device_batch_size']} queries per rank × 2 ranks, groups of {cfg.get('group_size')} "
             f"passages from {cfg.get('train_data')}, {lora}, learning rate {cfg['learning_rate']}, temperature "
             f"{cfg.get('temperature')}, seed {cfg.get('seed')}; no teacher")
+
+
+def trained_params(cfg: dict) -> str:
+    return f"LoRA r={cfg['lora_r']} α={cfg['lora_alpha']}" if cfg.get("lora") else "full parameters"
 
 
 def variant_rows(v: dict, ref: dict) -> list[dict]:
