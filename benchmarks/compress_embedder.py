@@ -52,7 +52,7 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                                 "distill.eval_steps": 25, "distill.save_steps": 100},
                         "rows": {"drop + distill": "drop + InfoNCE LoRA"}, "share": ("plan", "drop", "eval-drop")},
             # the distillation with the InfoNCE run's LoRA (r=32, alpha=64) instead of full parameters: of the ways
-            # the two recoveries differ, this isolates the parameters trained
+            # the two recoveries differ, this isolates the parameters trained; ``versus`` pairs it with the InfoNCE run
             "distill-lora": {"label": "distillation through LoRA", "set": {
                                  "distill.lora": True, "distill.lora_r": 32, "distill.lora_alpha": 64,
                                  "distill.freeze": None, "distill.gradient_checkpointing": True},
@@ -69,7 +69,7 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                                                   "passages=financebench/corpus.jsonl", "passages=scifact/corpus.jsonl"]},
                      "rows": {"drop + distill": "drop + distill, 1000 steps"}, "share": ("plan", "drop", "eval-drop")},
             # a variant's second seed: its ``base`` run's recipe and options, and its untrained stages; ``versus``
-            # pairs its trained model with the main plan's at the same seed (the comparison its base makes at 42)
+            # pairs its trained model with other runs' at the same seed (the comparisons its base makes at 42)
             "last-seed2": {"label": "drop-last-k, second training seed", "base": "last", "set": {"distill.seed": 43},
                            "rows": {"drop + distill": "drop-last-k + distill, seed 43"},
                            "share": ("plan", "drop", "eval-drop"), "versus": ("seed2",)},
