@@ -14,6 +14,7 @@ from benchmarks.grid import inputs, render, rows, run
 from dsprune.errors import DsPruneError
 from dsprune.eval.bootstrap import paired_bootstrap
 from dsprune.recipe import load_recipe
+from dsprune.report.compare import interval
 from test_eval_retrieval import write_beir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,8 +105,7 @@ def _grid(tmp_path, means: dict, speeds: dict | None = None):
 def _interval(docs: dict, a: str, b: str, task: str) -> str:
     """``a`` − ``b`` on ``task`` as RESULTS.md writes it: difference [low, high] of the paired bootstrap."""
     pq = {r: docs[r]["tasks"][task]["per_query"]["ndcg_at_10"] for r in (a, b)}
-    d = paired_bootstrap(pq[a], pq[b], 2000, 0)
-    return f"{d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+    return interval(paired_bootstrap(pq[a], pq[b], 2000, 0))
 
 
 def test_render_tables_with_cis_and_pending(tmp_path):
