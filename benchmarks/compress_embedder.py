@@ -77,7 +77,6 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                            "set": {"distill.seed": 43}, "rows": {"drop + distill": "drop + slim + distill, seed 43"},
                            "share": ("plan", "drop", "slim", "mask", "export-mask", "eval-drop"), "versus": ("seed2",)},
             "infonce-seed2": {"label": "InfoNCE LoRA recovery, second training seed", "base": "infonce",
-                              "recovery": "InfoNCE LoRA",
                               "set": {"distill.seed": 43}, "rows": {"drop + distill": "drop + InfoNCE LoRA, seed 43"},
                               "share": ("plan", "drop", "eval-drop"), "versus": ("seed2",)},
             "distill-lora-seed2": {"label": "distillation through LoRA, second training seed", "base": "distill-lora",
@@ -176,7 +175,7 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
     doc = {"title": "EmbeddingGemma-300M compressed to a target speed-up, recovered by self-distillation",
            **collect_recipe(recipe_of(variant), params, out, command(params, variant),
                             "benchmarks/compress_embedder.py" + (f" --variant {variant}" if variant else "")),
-           "variant": {"name": variant, **VARIANTS[variant], "report_rows": report_rows(variant)} if variant else None}
+           "variant": variant_entry(variant) if variant else None}
     plan = formats.read_json(out / "plan" / "plan.json", "plan")
     doc["plan"] = {k: plan.get(k) for k in ("target_speedup", "seq_len", "attn", "mlp", "slim_ratio",
                                             "flop_ratio", "num_layers")}
@@ -192,6 +191,14 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
             doc["versus"] = versus(out, variant)
     keep_version(doc, results / f"{name_of(variant)}.json")
     return keep_results(doc, out, results, name_of(variant))
+
+
+def variant_entry(variant: str) -> dict:
+    """The variant as its results describe it; a second seed trains as its base does, so it names the base's
+    recovery."""
+    base = VARIANTS.get(base_of(variant), {})
+    return {"name": variant, **({"recovery": base["recovery"]} if "recovery" in base else {}), **VARIANTS[variant],
+            "report_rows": report_rows(variant)}
 
 
 def plot_runs(results: Path) -> None:

@@ -243,6 +243,9 @@ def test_two_variants_paired_at_each_seed_give_their_own_verdict(tmp_path, monke
                      "distill-lora-seed2": 43})
     vdoc = json.loads((results / "compress_embedder_distill-lora-seed2.json").read_text())
     assert set(vdoc["versus"]) == {"seed2", "infonce-seed2"}
+    # a second seed trains as its base does, so it carries the base's recovery name
+    assert json.loads((results / "compress_embedder_infonce-seed2.json").read_text())["variant"]["recovery"] \
+        == "InfoNCE LoRA" and "recovery" not in vdoc["variant"]
     assert vdoc["versus"]["infonce-seed2"]["mean_delta"]["high"] < 0        # 0.6 against 0.7
     text = render.render(results, tmp_path / "RESULTS.md")
     assert "drop + distill (LoRA) − drop + InfoNCE LoRA (each at the same seed, paired per query, mean over the " \
