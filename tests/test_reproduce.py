@@ -258,6 +258,19 @@ def test_recovery_checks_pair_each_distilled_row_with_its_infonce_row(tmp_path):
     assert "- recovery time, seconds of training (slimming + training for the EffiR rows): sd-15m 1200, " \
            "t2-15m 1200, effir 1200." in text
     assert "### The collapsed rows again" in text and "| Drop-15M, InfoNCE †" in text
+    assert "- self-distillation vs InfoNCE, Drop-15M: the two models have the same structure" in text
+
+
+def test_recovery_check_names_a_structure_the_pair_does_not_share(tmp_path):
+    """A distilled row whose mask came out other than its InfoNCE rival's differs in more than the recovery."""
+    results, docs = _grid(tmp_path, {"dense": 0.6, "effir": 0.1, "sd-effir": 0.4})
+    shape = {"drop_attn": [], "drop_mlp": [2, 3], "intermediate_sizes": [100, None, None, 90]}
+    for row, widths in (("effir", [100, None, None, 90]), ("sd-effir", [101, None, None, 89])):
+        docs[row]["structure"] = {**shape, "intermediate_sizes": widths}
+        (results / f"{row}.json").write_text(json.dumps(docs[row]))
+    text = render.render(results, tmp_path / "RESULTS.md")
+    assert ("- self-distillation vs InfoNCE, EffiR 15M + slim 30%: **the two models differ in intermediate_sizes**"
+            in text)
 
 
 def test_mask_stage_width_plot_lands_beside_the_row_json(tmp_path):

@@ -114,6 +114,13 @@ def other_seeds(a: dict, b: dict, task: str, first: dict, names: list[str]) -> s
                                                             f"{names[0]} keeps more", f"{names[1]} keeps more"))
 
 
+def structure_difference(a: dict, b: dict) -> list[str]:
+    """What two rows' models differ in beyond their weights (dropped sub-layers, per-layer MLP widths): a pair that
+    should differ only in its recovery says so when the models it starts from are not the same shape."""
+    sa, sb = a.get("structure") or {}, b.get("structure") or {}
+    return [k for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k)]
+
+
 def training_steps(doc: dict) -> str:
     steps = [str(v.get("steps")) for v in (doc.get("training") or {}).values() if v.get("steps") is not None]
     return " + ".join(steps) if steps else "–"
@@ -246,6 +253,12 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
     lines += effir_start_lines(docs)
     pair_checks(DROP_PAIRS, sizes=True)     # EffiR's claims on what to drop
     pair_checks(RECOVERY_PAIRS, sizes=False)   # does distillation undo the collapse?
+    for a, b, question in RECOVERY_PAIRS:
+        if a in docs and b in docs:
+            diff = structure_difference(docs[a], docs[b])
+            lines.append(f"- {question}: the two models have the same structure (dropped sub-layers, MLP widths)."
+                         if not diff else f"- {question}: **the two models differ in {', '.join(diff)}**, so more "
+                         "than the recovery differs between them.")
     seconds = {r: training_time(docs[r]) for a, b, _ in RECOVERY_PAIRS for r in (a, b) if r in docs}
     if any(a in docs for a, _, _ in RECOVERY_PAIRS):
         lines.append("- recovery time, seconds of training (slimming + training for the EffiR rows): "
