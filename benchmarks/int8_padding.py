@@ -6,8 +6,9 @@
     truncation and batch size) when texts are sorted by characters, as ``Encoder.encode`` once did, against
     sorting by token count after tokenising once (``Encoder.batches``).
 (b) int8: the pruned model (the compress-embedder recipe's export), the unpruned model with int8 Linear layers,
-    and both, each against the unpruned float32 model: ``dsprune bench`` (median speed-up of alternating pairs,
-    with its min–max) and ``dsprune eval --quantize`` on scifact_small, compared with ``dsprune report``'s
+    the same with the layers ``--skip`` names kept float32 (``--quantize_skip``), and pruned + int8, each against
+    the unpruned float32 model: ``dsprune bench`` (median speed-up of alternating pairs, with its min–max) and
+    ``dsprune eval --quantize`` on the compress-embedder recipe's three tasks, compared with ``dsprune report``'s
     paired bootstrap over queries.
 
 Stages run in this process through dsprune's own command line, each into ``out/int8_padding/NAME``; a stage
@@ -79,6 +80,10 @@ def stage(name: str, argv: list[str], out: Path, log: list) -> Path:
     return dest
 
 
+def skipped_label(skip: list[str]) -> str:
+    return f"int8, {' '.join(skip)} float"
+
+
 def pruned_model(a, out: Path, log: list) -> str:
     """The recipe's pruned export, else the same drops made here from its plan."""
     if Path(a.pruned).exists():
@@ -98,12 +103,13 @@ def measure(a, out: Path) -> dict:
 
     log: list = []
     pruned = pruned_model(a, out, log)
-    variants = {REFERENCE: (a.model, None), "pruned": (pruned, None), "int8": (a.model, "int8"),
-                "pruned + int8": (pruned, "int8")}
+    variants = {REFERENCE: (a.model, None, ()), "pruned": (pruned, None, ()), "int8": (a.model, "int8", ()),
+                **({skipped_label(a.skip): (a.model, "int8", tuple(a.skip))} if a.skip else {}),
+                "pruned + int8": (pruned, "int8", ())}
     results, benches = [], {}
-    for label, (model, quantize) in variants.items():
-        q = ["--quantize", quantize] if quantize else []
-        slug = label.replace(" + ", "-")
+    for label, (model, quantize, skip) in variants.items():
+        q = (["--quantize", quantize] if quantize else []) + (["--quantize_skip", *skip] if skip else [])
+        slug = label.replace(" + ", "-").replace(", ", "-").replace(" ", "-")
         results.append(str(stage(f"eval-{slug}", ["eval", "--model", model, "--task", *a.task, "--max_length",
                                                   str(a.max_length), "--batch_size", str(a.batch_size), "--threads",
                                                   str(a.threads), "--quiet", *q], out, log)))
@@ -123,9 +129,9 @@ def measure(a, out: Path) -> dict:
                         for k in ("document", "query")}
         speed[label]["warnings"] = b.get("warnings", [])
         speed[label]["threads"] = b["threads"]
-    return {"variants": {k: {"model": m, "quantize": q,
-                             "fingerprint": quantized_fingerprint(fingerprint(Path(model_path(m))), q)}
-                         for k, (m, q) in variants.items()},
+    return {"variants": {k: {"model": m, "quantize": q, "quantize_skip": list(sk),
+                             "fingerprint": quantized_fingerprint(fingerprint(Path(model_path(m))), q, sk)}
+                         for k, (m, q, sk) in variants.items()},
             "stages": log, "speed": speed, "report": compare.compare(entries)}
 
 
@@ -137,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=MODEL, help="the unpruned float32 model (reference)")
     ap.add_argument("--pruned", default=str(PRUNED.relative_to(REPO)), help="the pruned export")
-    ap.add_argument("--task", nargs="+", default=["scifact_small"], help="eval task(s), NAME or NAME=FOLDER")
+    ap.add_argument("--task", nargs="+", default=["scifact_small", "financebench", "msmarco_trecdl_subset"],
+                    help="eval task(s), NAME or NAME=FOLDER (default: the compress-embedder recipe's)")
+    ap.add_argument("--skip", nargs="*", default=["down_proj"],
+                    help="Linear layers the extra int8 variant keeps float32 (none: no such variant)")
     ap.add_argument("--data", default=None, help="BEIR folder for padding and bench texts (default: shared scifact)")
     ap.add_argument("--max_length", type=int, default=128, help="eval and padding max length")
     ap.add_argument("--batch_size", type=int, default=32, help="eval batch size (the first padding batch size)")

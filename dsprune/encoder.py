@@ -26,9 +26,13 @@ POOLINGS = ("mean", "last", "cls")
 QUANTIZE = ("int8",)
 
 
-def check_quantize(quantize: str | None, device: str = "cpu", dtype: str | torch.dtype = "float32") -> None:
+def check_quantize(quantize: str | None, device: str = "cpu", dtype: str | torch.dtype = "float32",
+                   skip: Sequence[str] = ()) -> None:
     """Refuse, before any model is loaded, a scheme dsprune does not know or a device/dtype it cannot run on."""
     if quantize is None:
+        if skip:
+            raise DsPruneError(f"quantize_skip ({', '.join(skip)}) names layers to keep float, but nothing is "
+                               "quantised: add --quantize int8")
         return
     if quantize not in QUANTIZE:
         raise DsPruneError(f"quantize must be one of {', '.join(QUANTIZE)}, not {quantize!r}")
@@ -38,10 +42,18 @@ def check_quantize(quantize: str | None, device: str = "cpu", dtype: str | torch
         raise DsPruneError(f"quantize {quantize} starts from float32 weights: use --dtype float32, not {dtype}")
 
 
-def quantized_fingerprint(fingerprint: str, quantize: str | None) -> str:
+def quant_label(quantize: str | None, skip: Sequence[str] = ()) -> str | None:
+    """How a model was quantised, as results and benches name it: the scheme, and the layers it left float."""
+    if not quantize:
+        return None
+    return f"{quantize}-skip:{','.join(skip)}" if skip else quantize
+
+
+def quantized_fingerprint(fingerprint: str, quantize: str | None, skip: Sequence[str] = ()) -> str:
     """The fingerprint a quantised model's results and benches carry: it computes differently from the float
     model in the same folder, so a report must never match one's speed-up or score to the other."""
-    return f"{fingerprint}+{quantize}" if quantize else fingerprint
+    label = quant_label(quantize, skip)
+    return f"{fingerprint}+{label}" if label else fingerprint
 
 
 @dataclass
@@ -232,25 +244,34 @@ class Encoder(nn.Module):
         self.train(was_training)
         return torch.cat(parts)[torch.tensor(order).argsort()]
 
-    def quantize(self, scheme: str | None) -> "Encoder":
-        """Quantise the Linear layers of the backbone and the Dense head in place (None: leave as is).
+    def quantize(self, scheme: str | None, skip: Sequence[str] = ()) -> "Encoder":
+        """Quantise the Linear layers of the backbone and the Dense head in place (None: leave as is), but those
+        whose module name contains one of ``skip`` (e.g. ``down_proj``: dynamic int8 quantises a layer's input
+        with one scale per batch, and an MLP's down projection reads the gated activations, whose few large
+        values leave little resolution for the rest).
 
         Inference only: quantised layers carry no gradient and no safetensors weights, so ``save`` refuses such
         an encoder; quantise at load time instead. The embedding table stays float32 (a lookup, no compute)."""
         import warnings
 
-        from torch.ao.quantization import quantize_dynamic
+        from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
 
-        check_quantize(scheme, str(self.device), next(self.model.parameters()).dtype)
+        check_quantize(scheme, str(self.device), next(self.model.parameters()).dtype, skip)
         if scheme is None:
             return self
         if self.quantized:
             raise DsPruneError(f"the encoder is already quantised ({self.quantized})")
+        linear = [n for n, m in self.named_modules() if type(m) is nn.Linear]
+        unmatched = [s for s in skip if not any(s in n for n in linear)]
+        if unmatched:
+            raise DsPruneError(f"quantize_skip {', '.join(map(repr, unmatched))} matches no Linear layer; "
+                               f"their names look like {', '.join(linear[:3])}")
+        chosen = {n: default_dynamic_qconfig for n in linear if not any(s in n for s in skip)}
         with warnings.catch_warnings():     # torch announces the API's move to torchao: nothing a user can act on
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
-            quantize_dynamic(self, {nn.Linear}, dtype=torch.qint8, inplace=True)
-        self.quantized = scheme
+            quantize_dynamic(self, chosen, dtype=torch.qint8, inplace=True)
+        self.quantized = quant_label(scheme, skip)
         return self
 
     @property
@@ -281,9 +302,11 @@ class Encoder(nn.Module):
     @classmethod
     def load(cls, path: str | os.PathLike, config: EncoderConfig | dict | None = None,
              dtype: str | torch.dtype = "float32", device: str = "cpu", gguf_file: str | None = None,
-             attn_implementation: str | None = "sdpa", quantize: str | None = None) -> "Encoder":
+             attn_implementation: str | None = "sdpa", quantize: str | None = None,
+             quantize_skip: Sequence[str] = ()) -> "Encoder":
         """Load an HF folder, a sentence-transformers folder, a dsprune export or a GGUF file; ``quantize``
-        (one of ``QUANTIZE``) quantises it for inference after loading.
+        (one of ``QUANTIZE``) quantises it for inference after loading, but the Linear layers ``quantize_skip``
+        names (see ``quantize``).
 
         The encoder config comes from, in order: the argument, ``dsprune_encoder.json``, the
         sentence-transformers files, defaults. The Dense head's weights always come from the folder's
@@ -292,7 +315,7 @@ class Encoder(nn.Module):
         from transformers import AutoTokenizer
 
         from .packaged import model_path
-        check_quantize(quantize, device, dtype)
+        check_quantize(quantize, device, dtype, quantize_skip)
         path = Path(model_path(str(path)))
         if str(path).endswith(".gguf"):
             path, gguf_file = path.parent, path.name
@@ -319,7 +342,7 @@ class Encoder(nn.Module):
         arch.family_of(getattr(model, "backbone", model).config)  # refuses an unsupported family by name
         head = st_folder.build_head(config.dense)
         st_folder.load_head_weights(head, dense_dirs)
-        return cls(model.to(device), tok, config, head.to(device=device, dtype=dtype)).quantize(quantize)
+        return cls(model.to(device), tok, config, head.to(device=device, dtype=dtype)).quantize(quantize, quantize_skip)
 
 
 def _load_model(path: Path, **kw) -> nn.Module:

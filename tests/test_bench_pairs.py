@@ -58,11 +58,11 @@ def test_speed_warning(pairs, flop_ratio, bound, warned):
         assert w.startswith("query speed-up") and warned in w and "\n" not in w
 
 
-def test_bench_times_five_alternating_pairs_and_int8(models, tmp_path, capsys):
+def test_bench_times_five_alternating_pairs_and_int8_with_a_layer_kept_float(models, tmp_path, capsys):
     root, data = models
     out = tmp_path / "bench"
     assert main(["bench", "--model", str(root / "pruned"), "--baseline", str(root / "full"), "--out", str(out),
-                 "--data", str(data), *SMALL, "--quantize", "int8"]) == 0
+                 "--data", str(data), *SMALL, "--quantize", "int8", "--quantize_skip", "down_proj"]) == 0
     doc = json.loads((out / "bench.json").read_text())
     for kind in ("document", "query"):
         r = doc[kind]
@@ -70,11 +70,14 @@ def test_bench_times_five_alternating_pairs_and_int8(models, tmp_path, capsys):
         ratios = [b / m for b, m in zip(r["baseline"]["seconds"], r["model"]["seconds"])]
         assert r["speedup"] == pytest.approx(statistics.median(ratios))
         assert (r["speedup_pairs"]["min"], r["speedup_pairs"]["max"]) == pytest.approx((min(ratios), max(ratios)))
-        assert r["model"]["quantize"] == "int8" and r["baseline"]["quantize"] is None and not r["flop_bound"]
-    assert doc["fingerprint"]["model"].endswith("+int8") and not doc["fingerprint"]["baseline"].endswith("+int8")
+        assert r["model"]["quantize"] == "int8-skip:down_proj" and r["baseline"]["quantize"] is None
+        assert not r["flop_bound"]
+    assert doc["fingerprint"]["model"].endswith("+int8-skip:down_proj")
+    assert "+" not in doc["fingerprint"]["baseline"]
     assert doc["params"]["non_embedding"]["ratio"] > 1            # the dropped MLPs, not the int8 packing
     printed = capsys.readouterr()
     assert "median of 5 alternating model/baseline pairs" in printed.out and "does not bound" in printed.out
+    assert "model quantised: int8-skip:down_proj" in printed.out
     assert printed.err.count("warning:") == len(doc["warnings"])
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/int8_padding.py end to end on tiny models: padding per sort, the three variants against the
+"""benchmarks/int8_padding.py end to end on tiny models: padding per sort, the four variants against the
 float32 unpruned model with paired intervals and paired speed-ups, reuse of finished stages, the RESULTS.md
 section."""
 import json
@@ -28,10 +28,13 @@ def test_int8_padding_runs_and_renders(tmp_path, capsys):
                                                             ("document", 2)]
     for r in rows:
         assert 0 <= r["by_tokens"] <= r["by_chars"] < 1 and r["texts"] == (4 if r["kind"] == "query" else 8)
-    assert [r["label"] for r in doc["report"]["rows"]] == ["unpruned", "pruned", "int8", "pruned + int8"]
+    assert [r["label"] for r in doc["report"]["rows"]] == ["unpruned", "pruned", "int8", "int8, down_proj float",
+                                                           "pruned + int8"]
     assert all("mean_delta" in r for r in doc["report"]["rows"][1:])
     assert doc["variants"]["int8"]["fingerprint"] == doc["variants"]["unpruned"]["fingerprint"] + "+int8"
-    for label in ("pruned", "int8", "pruned + int8"):
+    assert doc["variants"]["int8, down_proj float"]["fingerprint"] == \
+        doc["variants"]["unpruned"]["fingerprint"] + "+int8-skip:down_proj"
+    for label in ("pruned", "int8", "int8, down_proj float", "pruned + int8"):
         sp = doc["speed"][label]["query"]
         assert sp["pairs"] == 5 and sp["min"] <= sp["speedup"] <= sp["max"]
         assert sp["flop_bound"] == (label == "pruned")
@@ -42,7 +45,10 @@ def test_int8_padding_runs_and_renders(tmp_path, capsys):
     # a second run reuses every finished stage
     assert bench.main(argv) == 0
     again = json.loads((tmp_path / "results" / "int8_padding.json").read_text())
-    assert all(s["reused"] for s in again["stages"]) and len(again["stages"]) == 7
+    assert all(s["reused"] for s in again["stages"]) and len(again["stages"]) == 9
     text = render.render(tmp_path / "results", tmp_path / "RESULTS.md")
     section = text[text.index("## Inference without retraining"):text.index("## Provenance")]
     assert "| int8 |" in section and "pairs)" in section and "paired bootstrap" in section
+    assert "| int8, down_proj float |" in section and "int8, down_proj float: every Linear layer whose name holds " \
+        "`down_proj`" in section
+    assert "| model | nDCG@10 | kept |" in section and "| unpruned | " in section and " | 1.000 | " in section

@@ -73,3 +73,35 @@ def test_eval_int8_scores_the_quantised_model_under_its_own_fingerprint(tiny_dir
     assert docs["int8"]["fingerprint"] == docs[None]["fingerprint"] + "+int8"
     assert docs["int8"]["tasks"]["tiny"]["ndcg_at_10"] == pytest.approx(docs[None]["tasks"]["tiny"]["ndcg_at_10"],
                                                                          abs=0.35)
+
+
+def test_skip_keeps_the_named_linears_float_and_names_itself(tiny_dirs, texts):
+    path = tiny_dirs["gemma3_text"]
+    fp32 = Encoder.load(path)
+    part = Encoder.load(path, quantize="int8", quantize_skip=["down_proj"])
+    assert part.quantized == "int8-skip:down_proj"
+    kinds = {n: type(m) for n, m in part.named_modules()}
+    downs = [n for n in kinds if n.endswith("down_proj")]
+    assert downs and all(kinds[n] is torch.nn.Linear for n in downs)
+    assert all(kinds[n] is torch.ao.nn.quantized.dynamic.Linear for n, m in fp32.named_modules()
+               if type(m) is torch.nn.Linear and not n.endswith("down_proj"))
+    whole = Encoder.load(path, quantize="int8")
+    a, b, c = (e.encode(texts, show_progress=False) for e in (fp32, part, whole))
+    assert not torch.equal(b, a) and not torch.equal(b, c)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"quantize": "int8", "quantize_skip": ["no_such_proj"]}, "quantize_skip 'no_such_proj' matches no Linear"),
+    ({"quantize_skip": ["down_proj"]}, "nothing is quantised: add --quantize int8"),
+])
+def test_a_skip_that_keeps_nothing_float_is_refused(tiny_dirs, kw, message):
+    with pytest.raises(DsPruneError, match=message):
+        Encoder.load(tiny_dirs["gemma3_text"], **kw)
+
+
+def test_eval_with_skip_carries_the_skip_in_its_fingerprint(tiny_dirs, tmp_path):
+    out = tmp_path / "eval"
+    assert main(["eval", "--model", str(tiny_dirs["llama"]), "--task", f"tiny={write_beir(tmp_path / 'beir')}",
+                 "--out", str(out), "--quiet", "--quantize", "int8", "--quantize_skip", "down_proj", "o_proj"]) == 0
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["fingerprint"].endswith("+int8-skip:down_proj,o_proj")

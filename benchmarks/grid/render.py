@@ -601,18 +601,31 @@ def int8_section(d: dict) -> list[str]:
            "| texts | count | batch size | sorted by characters | sorted by token count |", "|---|---|---|---|---|"]
     out += [f"| {r['kind']} | {r['texts']} | {r['batch_size']} | {r['by_chars']:.1%} | {r['by_tokens']:.1%} |"
             for r in pad["rows"]]
-    task = ", ".join(table["tasks"])
-    out += ["", f"**Pruned and int8** against the float32 unpruned model. nDCG@10 on {task}; in brackets the "
-            f"difference with its 95 % paired bootstrap interval over queries ({table['samples']} resamples). "
-            "Speed-up: median of the bench's alternating model/baseline pairs, min–max in brackets.", "",
-            "| model | nDCG@10 | document speed-up | query speed-up | FLOP ratio |", "|---|---|---|---|---|"]
+    tasks = table["tasks"]
+    ref = next(r for r in table["rows"] if r["label"] == table["reference"])
+    per_task = tasks if len(tasks) > 1 else []
+    out += ["", f"**Pruned and int8** against the float32 unpruned model. nDCG@10 on {', '.join(tasks)}"
+            + (" and their mean" if per_task else "") + "; in brackets the difference with its 95 % paired "
+            f"bootstrap interval over queries ({table['samples']} resamples). *Kept*: the mean as a share of the "
+            "unpruned model's. Speed-up: median of the bench's alternating model/baseline pairs, min–max in "
+            "brackets.", "",
+            "| model | " + "".join(f"{t} | " for t in per_task) + ("mean" if per_task else "nDCG@10")
+            + " | kept | document speed-up | query speed-up | FLOP ratio |",
+            "|---|" + "---|" * (len(per_task) + 5)]
     for r in table["rows"]:
         sp = d["speed"].get(r["label"])
         fmt = (lambda k: f"{sp[k]['speedup']:.2f}× ({sp[k]['min']:.2f}–{sp[k]['max']:.2f}, {sp[k]['pairs']} pairs)"
                if sp else "1")
         flops = f"{sp['document']['flop_ratio']:.2f}×" if sp else "1"
-        out.append(f"| {r['label']} | {compare.scored(r['mean'], r.get('mean_delta'))} | {fmt('document')} | "
-                   f"{fmt('query')} | {flops} |")
+        cells = [compare.cell(r["tasks"][t]) for t in per_task]
+        out.append(f"| {r['label']} | " + "".join(f"{c} | " for c in cells)
+                   + f"{compare.scored(r['mean'], r.get('mean_delta'))} | {r['mean'] / ref['mean']:.3f} | "
+                   f"{fmt('document')} | {fmt('query')} | {flops} |")
+    skipped = {k: v["quantize_skip"] for k, v in d["variants"].items() if v.get("quantize_skip")}
+    if skipped:
+        out += ["", "Kept float32 (`--quantize_skip`): " + "; ".join(
+            f"{k}: every Linear layer whose name holds {', '.join(f'`{x}`' for x in v)}" for k, v in skipped.items())
+            + ". Dynamic int8 quantises each layer's input with one scale per batch."]
     shapes = next(iter(d["speed"].values()), None)
     if shapes:
         out += ["", f"Bench shapes: documents {shapes['document']['texts']} × {shapes['document']['length']} tokens "

@@ -18,11 +18,11 @@ from typing import Optional
 from .. import formats
 from ..errors import DsPruneError
 from ..log import logger
-from .common import ModelArgs, load_encoder, torch_threads
+from .common import QuantizeArgs, load_encoder, torch_threads
 
 
 @dataclass
-class Args(ModelArgs):
+class Args(QuantizeArgs):
     baseline: str = field(metadata={"help": "reference model (e.g. the unpruned model)"})
     out: str = field(metadata={"help": "output folder for bench.json"})
     data: Optional[str] = field(default=None, metadata={"help": "BEIR folder to sample texts from "
@@ -36,8 +36,6 @@ class Args(ModelArgs):
     repeats: int = field(default=5, metadata={"help": "timed pairs (a model pass and a baseline pass, in "
                                                       "alternating order); the speed-up is their median ratio"})
     warmup: int = 1
-    quantize: Optional[str] = field(default=None, metadata={"help": "quantise the model (not the baseline) after "
-                                                                    "loading: int8 (dynamic int8 Linear layers, CPU)"})
     compile: bool = field(default=False, metadata={"help": "torch.compile both models"})
     threads: Optional[int] = field(default=None, metadata={"help": "torch threads (default: OMP_NUM_THREADS "
                                                                    "or torch's choice)"})
@@ -58,7 +56,7 @@ def run(args: Args) -> int:
     from ..settings import data_dir
 
     out = formats.check_output(args.out, args.overwrite)
-    check_quantize(args.quantize, args.device, args.dtype)
+    check_quantize(args.quantize, args.device, args.dtype, args.quantize_skip)
     for n in ("repeats", "docs", "doc_batch", "doc_len", "queries", "query_batch", "query_len"):
         if getattr(args, n) < 1:
             raise DsPruneError(f"bench.{n} must be at least 1")
@@ -71,9 +69,10 @@ def run(args: Args) -> int:
             p = Path(path)
             if not p.exists():
                 raise DsPruneError(f"{role} not found: {p}")
-            quantize = args.quantize if role == "model" else None
-            models[role] = load_encoder(args, path, quantize=quantize)
-            prints[role] = quantized_fingerprint(fingerprint(p.parent if path.endswith(".gguf") else p), quantize)
+            quantize, skip = (args.quantize, args.quantize_skip) if role == "model" else (None, ())
+            models[role] = load_encoder(args, path, quantize=quantize, quantize_skip=skip)
+            prints[role] = quantized_fingerprint(fingerprint(p.parent if path.endswith(".gguf") else p), quantize,
+                                                 skip)
         logger.info(f"timing {len(docs)} documents and {len(queries)} queries, {args.repeats} alternating pairs")
         res = speed.bench(models, docs, queries, args.doc_batch, args.doc_len, args.query_batch, args.query_len,
                           args.repeats, args.warmup, args.compile, same_texts=args.same_texts)
@@ -100,8 +99,10 @@ def run(args: Args) -> int:
 
 
 def summary(doc: dict) -> str:
+    from ..encoder import quant_label
+
     p = doc["params"]
-    quant = doc["settings"].get("quantize")
+    quant = quant_label(doc["settings"].get("quantize"), doc["settings"].get("quantize_skip") or ())
     lines = [f"threads={doc['threads']} compile={doc['settings']['compile']} data={doc['data']}"
              + (f" model quantised: {quant}" if quant else ""),
              f"params: model {p['model'] / 1e6:.2f}M, baseline {p['baseline'] / 1e6:.2f}M, ratio {p['ratio']:.3f} "

@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional, Sequence
 
 from ..log import logger
 
@@ -25,23 +25,31 @@ class ModelArgs:
 
 
 @dataclass(kw_only=True)
+class QuantizeArgs(ModelArgs):
+    """Post-training quantisation of the model a command scores or times (bench: not its baseline)."""
+    quantize: Optional[str] = field(default=None, metadata={"help": "int8: dynamic int8 Linear layers (CPU)"})
+    quantize_skip: list[str] = field(default_factory=list, metadata={
+        "help": "Linear layers to keep float32, by a part of their module name (e.g. down_proj)"})
+
+
+@dataclass(kw_only=True)
 class EncoderArgs(ModelArgs):
     pooling: str | None = field(default=None, metadata={"help": "override the encoder's pooling (mean|last|cls)"})
     max_length: int | None = field(default=None, metadata={"help": "override the encoder's max length"})
 
 
-def load_encoder(args: ModelArgs, path: str | None = None, quantize: str | None = None, **overrides):
-    """``args.model`` (or ``path``) as an Encoder, ``quantize``d for inference if asked; ``overrides`` replace
-    encoder settings (None = keep)."""
-    from ..encoder import Encoder, check_quantize
+def load_encoder(args: ModelArgs, path: str | None = None, quantize: str | None = None,
+                 quantize_skip: Sequence[str] = (), **overrides):
+    """``args.model`` (or ``path``) as an Encoder, ``quantize``d for inference if asked (but the Linear layers
+    ``quantize_skip`` names); ``overrides`` replace encoder settings (None = keep)."""
+    from ..encoder import Encoder, check_quantize, quant_label
 
     path = args.model if path is None else path
     check_model(args, path)
-    if quantize:
-        check_quantize(quantize, args.device, args.dtype)   # a bad option fails before a load is announced
-    logger.info(f"loading {path}" + (f" ({quantize})" if quantize else ""))
-    enc = Encoder.load(path, dtype=args.dtype, device=args.device,
-                       quantize=quantize)
+    check_quantize(quantize, args.device, args.dtype, quantize_skip)   # fails before a load is announced
+    label = quant_label(quantize, quantize_skip)
+    logger.info(f"loading {path}" + (f" ({label})" if label else ""))
+    enc = Encoder.load(path, dtype=args.dtype, device=args.device, quantize=quantize, quantize_skip=quantize_skip)
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
         enc.config = dataclasses.replace(enc.config, **overrides)   # checked like a loaded config

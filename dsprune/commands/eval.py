@@ -19,11 +19,11 @@ from typing import Iterator, Optional
 
 from .. import formats
 from ..errors import DsPruneError
-from .common import ModelArgs, load_encoder, torch_threads
+from .common import QuantizeArgs, load_encoder, torch_threads
 
 
 @dataclass
-class Args(ModelArgs):
+class Args(QuantizeArgs):
     out: Optional[str] = field(default=None, metadata={"help": "output folder for results.json "
                                                                "(default: out/eval-<model>-<time>)"})
     task: list[str] = field(default_factory=list, metadata={"help": (
@@ -33,7 +33,6 @@ class Args(ModelArgs):
     batch_size: int = 32
     max_length: Optional[int] = field(default=None, metadata={"help": "override the encoder's max_length"})
     threads: Optional[int] = field(default=None, metadata={"help": "torch threads (default: leave as is)"})
-    quantize: Optional[str] = field(default=None, metadata={"help": "int8: dynamic int8 Linear layers (CPU)"})
     geometry: bool = field(default=False, metadata={"help": "also compute embedding geometry metrics"})
     geometry_data: Optional[str] = field(default=None, metadata={
         "help": "BEIR folder for geometry pairs (default: the first local retrieval task's folder)"})
@@ -139,8 +138,9 @@ def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loade
                            "retrieval task")
     geo_split = args.split or next((s.split for s in beir), "test")
     pairs = geometry.pairs_from_beir(geo_folder, geo_split, args.geometry_samples) if args.geometry else None
-    fp = quantized_fingerprint(fingerprint(weights_dir), args.quantize)
-    enc = load_encoder(args, str(model_dir), quantize=args.quantize, max_length=args.max_length)
+    fp = quantized_fingerprint(fingerprint(weights_dir), args.quantize, args.quantize_skip)
+    enc = load_encoder(args, str(model_dir), quantize=args.quantize, quantize_skip=args.quantize_skip,
+                       max_length=args.max_length)
     model = MtebEncoder(enc, model_dir.name, fp, {s.name: s.instruction for s in specs},
                         batch_size=args.batch_size, show_progress=not args.quiet)
     shown = ("pooling", "normalize", "max_length", "query_max_length")
