@@ -457,3 +457,27 @@ def test_gaprune_claim_with_a_second_seed_lists_it_per_rival(tmp_path):
     text = render.render(results, tmp_path / "RESULTS.md")
     line = next(x for x in text.splitlines() if x.startswith("  - DAI − magnitude: At seed 43: "))
     assert "Verdict (2 seeds, every interval below 0): magnitude keeps more." in line
+
+
+def test_groups_are_linked_after_the_dense_retriever_that_rewrites_them_is_made(tmp_path, monkeypatch):
+    """train_dense.py mines the training groups again before it trains: linking them first would name (and
+    record) the old content for a file the row's training then reads new."""
+    root = tmp_path / "train_dense"
+    groups = root / "train_groups.jsonl"
+    groups.parent.mkdir()
+    groups.write_text('{"query": "old", "pos": ["p"], "neg": ["n"]}\n')
+    (root / "train.yaml").write_text(f"model: x\ntrain_data: [{groups}]\ngroup_size: 2\n")
+
+    def make_dense(a):
+        groups.write_text('{"query": "new", "pos": ["p"], "neg": ["n"]}\n')
+        (Path(a.dense)).mkdir(parents=True, exist_ok=True)
+        (Path(a.dense) / "config.json").write_text("{}")
+
+    monkeypatch.setattr(inputs, "ensure_dense", make_dense)
+    monkeypatch.setattr(inputs, "DEFAULT_DENSE", str(root / "run" / "model"))
+    ctx = inputs.Ctx(reproduce.parse(["--dense", str(root / "run" / "model"), "--out", str(tmp_path / "out")]),
+                     symbolic=False)
+    linked = ctx.train["train_data"][0]
+    assert ctx.inputs["train_groups"]["fingerprint"] == inputs.content_id(groups)
+    assert linked.endswith(f"train_groups-{inputs.content_id(groups)[:12]}.jsonl")
+    assert "new" in (tmp_path / "out" / "inputs" / Path(linked).name).read_text()

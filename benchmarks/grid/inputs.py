@@ -54,7 +54,7 @@ class Ctx:
             return {"config": "<train>"}
         if self._train is None:
             path = train_config_path(self.a)
-            if not path.is_file() and default_dense(self.a):
+            if default_dense(self.a):   # train_dense.py rewrites the groups too: link them once it has
                 ensure_dense(self.a)
             if not path.is_file():
                 raise DsPruneError(f"training options not found: {path} (benchmarks/train_dense.py writes it "
