@@ -139,6 +139,24 @@ def test_teacher_embeddings_are_computed_once(setup, run_gc, run_plain, run_resu
     assert len(keys) == 1
 
 
+def test_tables_the_two_ranks_share_out_equal_one_process_encoding(setup, run_gc):
+    """Each rank embeds every other text and the shares are gathered: the table must hold each text's own row."""
+    import torch
+    from safetensors import safe_open
+
+    from dsprune.train import distill as D
+    items = D.load_items([str(setup["root"] / "beir_train"), str(setup["root"] / "notes.txt")])
+    teacher = Encoder.load(setup["root"] / "teacher")
+    for kind in ("query", "passage"):
+        texts = sorted({getattr(i, kind) for i in items if getattr(i, kind) is not None})
+        (f,) = [f for f in setup["cache"].glob(f"*-{kind}-*.safetensors")]
+        with safe_open(str(f), "pt") as fh:
+            table, meta = fh.get_tensor("embeddings"), fh.metadata()
+        assert meta["texts_sha256"] == D.texts_hash(texts) and table.shape[0] == len(texts) > 2
+        expected = teacher.encode(texts, kind, show_progress=False)
+        assert torch.allclose(table, expected, atol=1e-5), (kind, (table - expected).abs().max())
+
+
 def test_zero3_lora_distillation(run_z3_lora):
     rows = read_log(run_z3_lora)
     assert len(rows) == 4 and all(r["grad_norm"] and r["grad_norm"] > 0 for r in rows)

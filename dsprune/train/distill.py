@@ -215,23 +215,54 @@ class TeacherTable:
 
 def teacher_table(fp: str, kind: str, texts, max_length: int | None, dtype: str, load_teacher,
                   batch_size: int = 32, show_progress: bool = False) -> TeacherTable:
-    """The cached table for (teacher ``fp``, text set, ``kind``, ``max_length``, ``dtype``), computed by the
-    first process to take its lock (the others wait, then read it) and written atomically."""
+    """The cached table for (teacher ``fp``, text set, ``kind``, ``max_length``, ``dtype``), written atomically.
+
+    In a distributed run every rank embeds its share of the texts and the shares are gathered, so the one-off
+    teacher pass takes 1/world of the time; a rank whose file system lacks the file then writes it (one rank
+    per shared cache, by the file's lock). Outside one, the first process to take the lock computes the table
+    and the others wait, then read it."""
     texts = sorted(set(texts))
     th = texts_hash(texts)
     key = f"{fp[:16]}-{kind}-L{max_length or 'cfg'}-{dtype}-{th[:16]}"
     path = cache_dir() / CACHE / f"{key}.safetensors"
     meta = {"fingerprint": fp, "texts_sha256": th, "kind": kind, "max_length": str(max_length),
             "dtype": dtype, "n": str(len(texts))}
-    if not path.is_file():
+
+    def embed(part: list[str]) -> torch.Tensor:
+        return load_teacher().encode(part, kind, batch_size=batch_size, show_progress=show_progress,
+                                     max_length=max_length).float().cpu()
+
+    def write(emb) -> None:
+        from safetensors.torch import save_file
         with formats.exclusive(path.with_name(f".{key}.lock")):
-            if not path.is_file():
-                from safetensors.torch import save_file
-                emb = load_teacher().encode(texts, kind, batch_size=batch_size, show_progress=show_progress,
-                                            max_length=max_length)
-                with formats.atomic_file(path) as tmp:
-                    save_file({"embeddings": emb.float().contiguous()}, str(tmp), metadata=meta)
+            if path.is_file():
+                return
+            emb = emb() if callable(emb) else emb
+            with formats.atomic_file(path) as tmp:
+                save_file({"embeddings": emb.contiguous()}, str(tmp), metadata=meta)
+
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if world == 1:
+        if not path.is_file():
+            write(lambda: embed(texts))
+    elif missing_on_any_rank(path):
+        rank = dist.get_rank()
+        shares: list = [None] * world
+        dist.all_gather_object(shares, embed(texts[rank::world]) if texts[rank::world] else None)
+        emb = torch.empty(len(texts), next(x for x in shares if x is not None).shape[1])
+        for r, share in enumerate(shares):
+            if share is not None:
+                emb[r::world] = share
+        write(emb)
+        dist.barrier()
     return TeacherTable(path, key, {t: i for i, t in enumerate(texts)}, read_table(path, meta))
+
+
+def missing_on_any_rank(path: Path) -> bool:
+    """Whether some rank lacks ``path``: one answer for every rank, so all take the same collectives."""
+    flags: list = [None] * dist.get_world_size()
+    dist.all_gather_object(flags, not path.is_file())
+    return any(flags)
 
 
 def read_table(path: Path, meta: dict) -> torch.Tensor:
