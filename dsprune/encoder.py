@@ -247,8 +247,8 @@ class Encoder(nn.Module):
     def quantize(self, scheme: str | None, skip: Sequence[str] = ()) -> "Encoder":
         """Quantise the Linear layers of the backbone and the Dense head in place (None: leave as is), but those
         whose module name contains one of ``skip`` (e.g. ``down_proj``: dynamic int8 quantises a layer's input
-        with one scale per batch, and an MLP's down projection reads the gated activations, whose few large
-        values leave little resolution for the rest).
+        with one scale per batch, and an MLP's down projection reads the gated activations, where a few large
+        values can leave little resolution for the rest).
 
         Inference only: quantised layers carry no gradient and no safetensors weights, so ``save`` refuses such
         an encoder; quantise at load time instead. The embedding table stays float32 (a lookup, no compute)."""
