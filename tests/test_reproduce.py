@@ -481,3 +481,15 @@ def test_groups_are_linked_after_the_dense_retriever_that_rewrites_them_is_made(
     assert ctx.inputs["train_groups"]["fingerprint"] == inputs.content_id(groups)
     assert linked.endswith(f"train_groups-{inputs.content_id(groups)[:12]}.jsonl")
     assert "new" in (tmp_path / "out" / "inputs" / Path(linked).name).read_text()
+
+
+def test_rows_made_from_another_dense_model_are_flagged_with_both_fingerprints(tmp_path):
+    results, docs = _grid(tmp_path, {"dense": 0.6, "t2-15m": 0.1, "sd-15m": 0.2})
+    docs["dense"]["model_fingerprint"] = "aaaaaaaa1111"
+    docs["t2-15m"]["inputs"] = {"dense": {"fingerprint": "aaaaaaaa1111"}}
+    docs["sd-15m"]["inputs"] = {"dense": {"fingerprint": "bbbbbbbb2222"}}
+    for r in ("dense", "t2-15m", "sd-15m"):
+        (results / f"{r}.json").write_text(json.dumps(docs[r]))
+    text = render.render(results, tmp_path / "RESULTS.md")
+    assert "- **warning**: sd-15m used a different dense model (bbbbbbbb) than the dense row (aaaaaaaa)" in text
+    assert "t2-15m used" not in text

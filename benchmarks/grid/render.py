@@ -292,8 +292,11 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
     stale = [r for r, d in docs.items() if dense_fp and (d.get("inputs") or {}).get("dense", {}).get("fingerprint")
              not in (None, dense_fp)]
     if stale:
-        lines.append(f"- **warning**: {', '.join(stale)} used a different dense model than the dense row "
-                     "(rerun them with --force).")
+        theirs = sorted({docs[r]["inputs"]["dense"]["fingerprint"][:8] for r in stale})
+        lines.append(f"- **warning**: {', '.join(stale)} used a different dense model ({', '.join(theirs)}) than "
+                     f"the dense row ({dense_fp[:8]}), so their intervals against it compare two dense models. "
+                     "`--force` reruns them on the dense model now on disk; `--rows dense --force` rescores the "
+                     "dense row instead, and then the rows made from the old one are flagged.")
     return lines + [""]
 
 
