@@ -229,8 +229,9 @@ def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, conf
         return Path(report[name].get("folder") or out / name)
     for s in stages:   # the held mask's summary lacks how its stage broke ties; the stage's mask.json has it
         made = own(s["name"]) / "mask.json" if s.get("command") == "mask" else None
-        if mask and made and made.is_file() and "ties" in formats.read_json(made):
-            mask = {**mask, "ties": formats.read_json(made)["ties"]}
+        ties = formats.read_json(made).get("ties") if mask and made and made.is_file() else None
+        if ties:
+            mask = {**mask, "ties": ties}
 
     stage_info = [{"name": s["name"], "status": report[s["name"]]["status"],
                    "seconds": report[s["name"]].get("seconds"),
