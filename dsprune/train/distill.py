@@ -232,14 +232,13 @@ def teacher_table(fp: str, kind: str, texts, max_length: int | None, dtype: str,
         return load_teacher().encode(part, kind, batch_size=batch_size, show_progress=show_progress,
                                      max_length=max_length).float().cpu()
 
-    def write(emb) -> None:
+    def write(make) -> None:
         from safetensors.torch import save_file
         with formats.exclusive(path.with_name(f".{key}.lock")):
             if path.is_file():
                 return
-            emb = emb() if callable(emb) else emb
             with formats.atomic_file(path) as tmp:
-                save_file({"embeddings": emb.contiguous()}, str(tmp), metadata=meta)
+                save_file({"embeddings": make().contiguous()}, str(tmp), metadata=meta)
 
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     if world == 1:
@@ -253,7 +252,7 @@ def teacher_table(fp: str, kind: str, texts, max_length: int | None, dtype: str,
         for r, share in enumerate(shares):
             if share is not None:
                 emb[r::world] = share
-        write(emb)
+        write(lambda: emb)
         dist.barrier()
     return TeacherTable(path, key, {t: i for i, t in enumerate(texts)}, read_table(path, meta))
 
