@@ -8,6 +8,17 @@ training) on EmbeddingGemma-300M into ``out/recipes/effir-table1``; finished sta
 arguments (the recipe then finds its stamp). Keeps the report (each drop against the unpruned model, paired
 bootstrap intervals), each drop's FLOP ratio at 256 tokens and what it removed, the stage times and the command
 as ``benchmarks/results/table1_embedder.json``, prints the table and re-renders RESULTS.md.
+
+The same table on another model, e.g. EffiR's own pooling (the last token, EOS appended) against mean pooling on
+two SmolLM2 retrievers trained alike by ``benchmarks/train_dense.py``::
+
+    .venv/bin/python benchmarks/train_dense.py --pooling last --out out/train_dense_last
+    .venv/bin/python benchmarks/table1_embedder.py --tag smollm2-last --label "..." \
+        --param model=out/train_dense_last/run/model
+
+``--tag`` keeps each model's run and results apart (``out/recipes/effir-table1-TAG``,
+``results/table1_embedder_TAG.json``). A model that ``train_dense.py`` made is also checked against its untrained
+start (the trained dense baseline must clearly beat it), from the two evaluations ``train_dense.py`` left.
 """
 from __future__ import annotations
 
@@ -31,8 +42,16 @@ SCORE_FROM = REPO / "out" / "recipes" / "compress-embedder" / "score"
 SEQ_LEN = 256       # the length dsprune bench and the planner count FLOPs at
 
 
-def command(params: dict) -> list[str]:
-    return recipe_command(RECIPE, OUT, params)
+def command(params: dict, out: Path = OUT) -> list[str]:
+    return recipe_command(RECIPE, out, params)
+
+
+def out_of(tag: str) -> Path:
+    return OUT.with_name(f"{OUT.name}-{tag}") if tag else OUT
+
+
+def name_of(tag: str) -> str:
+    return f"{NAME}_{tag}" if tag else NAME
 
 
 def flop_ratios(model: str, drops: list[Path]) -> dict[str, float]:
@@ -54,10 +73,16 @@ def flop_ratios(model: str, drops: list[Path]) -> dict[str, float]:
     return out
 
 
-def collect(params: dict, out: Path, results: Path) -> Path:
+def collect(params: dict, out: Path, results: Path, tag: str = "", label: str = "") -> Path:
     model = params.get("model", "embeddinggemma-300m")
-    doc = {"title": f"EffiR Table 1 on a trained embedder ({model}): drop attention, MLPs or blocks, no training",
-           **collect_recipe(RECIPE, params, out, command(params), "benchmarks/table1_embedder.py")}
+    made_by = "benchmarks/table1_embedder.py" + (f" --tag {tag}" if tag else "")
+    doc = {"title": f"EffiR Table 1 on {label or f'a trained embedder ({model})'}: drop attention, MLPs or blocks, "
+                    "no training",
+           **collect_recipe(RECIPE, params, out, command(params, out), made_by), "tag": tag}
+    enc = formats.read_json(out / "eval-full" / formats.RESULTS, "eval-full results")["encoder"]
+    doc["encoder"] = {"pooling": enc["pooling"], "append_eos": enc.get("append_eos", False),
+                      "dense_head": bool(enc.get("dense"))}
+    doc["untrained_check"] = untrained_check(Path(model))
     folders = sorted(out.glob("drop-*"))
     ratios = flop_ratios(model, folders)
     drops = {}
@@ -68,7 +93,21 @@ def collect(params: dict, out: Path, results: Path) -> Path:
                          "flop_ratio": ratios[d.name]}
     doc["drops"], doc["flop_seq_len"] = drops, SEQ_LEN
     doc["pairs"] = head_to_head(out)
-    return keep_results(doc, out, results, NAME)
+    return keep_results(doc, out, results, name_of(tag))
+
+
+def untrained_check(model: Path) -> dict | None:
+    """For a retriever ``benchmarks/train_dense.py`` trained (``DIR/run/model``): trained against untrained on the
+    evaluation it left, paired per query, both with the encoder config the model was trained with."""
+    root = model.parent.parent if model.name == "model" and model.parent.name == "run" else None
+    if root is None or not all((root / f"eval_{n}" / formats.RESULTS).is_file() for n in ("untrained", "trained")):
+        return None
+    entries = compare.load_entries([str(root / "eval_untrained"), str(root / "eval_trained")], [],
+                                   ["untrained", "trained"])
+    rep = compare.compare(entries)
+    made = formats.read_json(root / formats.MANIFEST, "train_dense manifest")
+    return {"command": made.get("command"), "tasks": rep["tasks"], "untrained": rep["rows"][0],
+            "trained": rep["rows"][1]}
 
 
 def head_to_head(out: Path) -> dict:
@@ -94,12 +133,15 @@ def share_score(params: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = recipe_parser(__doc__, "model, k, k2")
+    ap.add_argument("--tag", default="", help="a name for this model's run and results (default: EmbeddingGemma's)")
+    ap.add_argument("--label", default="", help="the model as RESULTS.md names it")
     a = ap.parse_args(argv)
     params = dict(p.split("=", 1) for p in a.param)
+    out = out_of(a.tag)
     if not a.collect:
         share_score(params)
-        run_recipe_command(command(params), OUT, "~20 min on 2 CPU cores; ")
-    dest = collect(params, OUT, Path(a.results))
+        run_recipe_command(command(params, out), out, "~20 min on 2 CPU cores; ")
+    dest = collect(params, out, Path(a.results), a.tag, a.label)
     print(compare.markdown(formats.read_json(dest, "results")["report"]))
     rerender()
     return 0

@@ -9,6 +9,8 @@ What it does, every step a real dsprune command:
      in-batch + hard + cross-rank negatives (τ = 0.02), ZeRO-2 on 2 CPU ranks (gloo);
   4. ``dsprune eval`` of the untrained and the trained model on scifact_small (same encoder config).
 
+``--pooling last`` trains and scores EffiR's way instead: the last token, with EOS appended.
+
 Scaled for 2 CPU cores: groups of 1 positive + 3 negatives (paper: 1 + 7), passages cut at 128
 tokens, a few hundred groups, one epoch (~30-40 min). SmolLM2 here is the Instruct model, 4-bit (Q4_1) and
 dequantised: it stands in for a base model. Everything lands in ``--out`` with a manifest.
@@ -43,6 +45,8 @@ def main() -> int:
     ap.add_argument("--eval-task", default="scifact_small")
     ap.add_argument("--eval-max-length", type=int, default=128)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--pooling", choices=("mean", "last"), default="mean",
+                    help="mean pooling, or EffiR's last token with EOS appended (both train and eval use it)")
     ap.add_argument("--skip-eval", action="store_true")
     ap.add_argument("--resume", action="store_true", help="continue an interrupted training run")
     ap.add_argument("--prepare-only", action="store_true",
@@ -88,11 +92,13 @@ def main() -> int:
               "ranks": "2 CPU ranks, 1 thread each, gloo, ZeRO-2, fp32, gradient checkpointing "
                        "(without it a rank peaked at 12 GB and was OOM-killed)",
               "model": "SmolLM2-135M-Instruct Q4_1 GGUF dequantised to fp32, standing in for a base LM"}
+    encoder = {"pooling": a.pooling, "normalize": True, "max_length": a.eval_max_length,
+               **({"append_eos": True} if a.pooling == "last" else {})}
     cfg = {"model": str(gguf), "train_data": [str(train_file)], "group_size": a.group_size,
            "per_device_batch_size": a.per_device_batch, "query_max_length": a.query_max_length,
            "passage_max_length": a.passage_max_length, "learning_rate": a.lr, "warmup_steps": 3,
            "num_epochs": 1, "seed": a.seed, "save_steps": 8, "gradient_checkpointing": True, "deepspeed": "ds_configs/zero2.json",
-           "encoder": {"pooling": "mean", "normalize": True, "max_length": a.eval_max_length},
+           "encoder": encoder,
            "lora": True, "lora_r": 32, "lora_alpha": 64, "temperature": 0.02, "cross_rank_negatives": True,
            "output_dir": str(out / "run"), "scaled_settings": scaled}
     import yaml
@@ -114,9 +120,11 @@ def main() -> int:
     if not a.skip_eval:
         for name, model in (("untrained", str(gguf)), ("trained", str(out / "run" / "model"))):
             dest = out / f"eval_{name}"
+            # the untrained model is pooled as the trained one is (the trained export carries its own config)
+            over = ["--encoder", json.dumps(encoder)] if name == "untrained" and a.pooling != "mean" else []
             timings[f"eval_{name}_s"] = sh([str(BIN / "dsprune"), "eval", "--model", model, "--out", str(dest),
                                             "--task", a.eval_task, "--max_length", str(a.eval_max_length),
-                                            "--overwrite", "--quiet", "--threads", "2"],
+                                            "--overwrite", "--quiet", "--threads", "2", *over],
                                            out / "logs" / f"eval_{name}.log", dict(env, OMP_NUM_THREADS="2"))
             doc = formats.read_json(dest / formats.RESULTS)
             task = next(iter(doc["tasks"].values()))

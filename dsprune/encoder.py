@@ -102,6 +102,31 @@ class EncoderConfig:
         raise DsPruneError(f"kind must be 'query' or 'passage', not {kind!r}")
 
 
+def config_overrides(value, what: str = "encoder") -> dict:
+    """``--encoder`` options (a JSON string or a mapping) checked against EncoderConfig's fields, so a typo is an
+    error before a model loads rather than a setting silently ignored."""
+    import dataclasses
+
+    from .formats import json_object
+
+    over = value if isinstance(value, dict) else (json_object(value, f"{what} ({value!r})") if value else {})
+    names = {f.name for f in dataclasses.fields(EncoderConfig)}
+    unknown = sorted(set(over) - names)
+    if unknown:
+        raise DsPruneError(f"{what}: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(names))})")
+    return over
+
+
+def overridden_fingerprint(fingerprint: str, over: dict) -> str:
+    """The fingerprint of a model scored with ``--encoder`` options: the same weights pooled or prompted otherwise
+    embed differently, so their results must never be matched (or cached) as the folder's own."""
+    if not over:
+        return fingerprint
+    import hashlib
+    import json
+    return f"{fingerprint}+encoder:{hashlib.sha1(json.dumps(over, sort_keys=True).encode()).hexdigest()[:8]}"
+
+
 def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
     """Pool token states over the real (non-pad) tokens; works for left and right padding."""
     mask = mask.to(hidden.dtype)

@@ -91,6 +91,41 @@ def test_second_checkpoint_never_gets_first_score(tiny_dirs, tmp_path):
     assert scores[0]["tasks"]["tiny"]["per_query"] != scores[1]["tasks"]["tiny"]["per_query"]
 
 
+def test_encoder_options_score_the_same_weights_otherwise_under_their_own_fingerprint(tiny_dirs, tmp_path, capsys):
+    """``--encoder`` pools as asked (last token, EOS appended: the hand encoding with that config), and the results
+    carry a fingerprint of their own, so a report or a cache never takes them for the folder's own pooling."""
+    import dataclasses
+
+    folder = write_beir(tmp_path / "beir")
+    docs = {}
+    for name, over in (("own", []), ("last", ["--encoder", '{"pooling": "last", "append_eos": true}'])):
+        out = tmp_path / name
+        assert main(["eval", "--model", str(tiny_dirs["llama"]), "--task", f"tiny={folder}", "--out", str(out),
+                     "--quiet", *over]) == 0
+        docs[name] = json.loads((out / "results.json").read_text())
+    own, last = docs["own"], docs["last"]
+    assert last["encoder"]["pooling"] == "last" and last["encoder"]["append_eos"] is True
+    assert own["encoder"]["pooling"] == "mean"
+    assert last["fingerprint"].startswith(own["fingerprint"] + "+encoder:")
+    enc = Encoder.load(tiny_dirs["llama"])
+    enc.config = dataclasses.replace(enc.config, pooling="last", append_eos=True)
+    d = enc.encode([f"{t} {x}".strip() for t, x in DOCS.values()], "passage", show_progress=False)
+    q = enc.encode(list(QUERIES.values()), "query", show_progress=False)
+    sims = q @ d.T
+    rels = {}
+    for qid, did, s in QRELS:
+        rels.setdefault(qid, {})[did] = s
+    per_q = {qid: hand_ndcg10({k: float(sims[i, j]) for j, k in enumerate(DOCS)}, rels[qid])
+             for i, qid in enumerate(QUERIES)}
+    assert last["tasks"]["tiny"]["per_query"]["ndcg_at_10"] == pytest.approx(per_q, abs=1e-5)
+    assert last["tasks"]["tiny"]["per_query"] != own["tasks"]["tiny"]["per_query"]
+    capsys.readouterr()
+    assert main(["eval", "--model", str(tiny_dirs["llama"]), "--task", f"tiny={folder}", "--out",
+                 str(tmp_path / "typo"), "--encoder", '{"poolng": "last"}']) != 0
+    assert "encoder: unknown option(s) poolng" in capsys.readouterr().err
+    assert not (tmp_path / "typo").exists()
+
+
 def test_run_leaves_task_and_mteb_logger_as_it_found_them(tiny_dirs, tmp_path):
     """Per-query capture and the quieter mteb logger last only while a task runs: a second run of the same
     task objects scores the same, and nothing of either is left behind."""

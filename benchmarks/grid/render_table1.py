@@ -29,21 +29,51 @@ def verdict(name: str, d: dict, drops: dict) -> str:
 
 
 def render_table1(results: Path) -> list[str]:
-    d = section_result(results / "table1_embedder.json", {"report", "drops", "pairs", "stages", "command"},
-                       "benchmarks/table1_embedder.py")
+    """One section per model the table was run on: EmbeddingGemma first, then each tagged run."""
+    out = []
+    for p in sorted(results.glob("table1_embedder*.json"), key=lambda p: (p.stem != "table1_embedder", p.stem)):
+        out += render_one(p)
+    return out
+
+
+def pooling_of(enc: dict | None) -> str:
+    if not enc:
+        return "its own pooling and head"
+    how = {"mean": "mean pooling", "last": "the last token", "cls": "the first token"}[enc["pooling"]]
+    return how + (" with EOS appended" if enc["append_eos"] else "") + (", then its Dense head" if enc["dense_head"]
+                                                                         else "")
+
+
+def untrained_lines(check: dict | None) -> list[str]:
+    """Whether the model is a trained retriever at all: trained − untrained, both pooled alike, paired per query."""
+    if not check:
+        return []
+    t = check["tasks"][0]
+    d = check["trained"]["tasks"][t]
+    word = "beats" if d["delta"]["low"] > 0 else "does not clearly beat"
+    return [f"The model is trained by `{check['command']}`; on {t} it scores {d['score']:.4f} against "
+            f"{check['untrained']['tasks'][t]['score']:.4f} untrained (pooled the same way), so it {word} its "
+            f"untrained start: {interval(d['delta'])}.", ""]
+
+
+def render_one(path: Path) -> list[str]:
+    made_by = "benchmarks/table1_embedder.py"
+    d = section_result(path, {"report", "drops", "pairs", "stages", "command"}, made_by)
     if d is None:
         return []
+    via = made_by + (f" --tag {d['tag']}" if d.get("tag") else "")
     rep = d["report"]
     tasks = rep["tasks"]
     head = ["model", "dropped", *tasks, "mean", f"FLOP ratio ({d['flop_seq_len']} tokens)", "params"]
+    skipped = "" if "msmarco_trecdl_subset" in tasks else (
+        "Scaled: the MS MARCO subset is not evaluated here (its passages are most of the encoding time); ")
     out = [f"## {d['title']}", "",
-           f"`{d['command']}` ({d['code_version']}; via `.venv/bin/python benchmarks/table1_embedder.py`, "
+           f"`{d['command']}` ({d['code_version']}; via `.venv/bin/python {via}`, "
            f"{sum(s.get('seconds') or 0 for s in d['stages']) / 60:.0f} min of stages on 2 CPU cores). No training: "
            "each row is the model with its lowest-scoring sub-layers (1 − cos on 256 calibration texts) removed, "
-           "its own pooling and head kept. Scaled: the MS MARCO subset is not evaluated here (its "
-           "passages are most of the encoding time); SciFact is in-domain for the calibration text (it includes "
-           "SciFact abstracts). One calibration sample and no training, so there is no seed to repeat; the "
-           "intervals are over queries.", "",
+           f"its encoder kept ({pooling_of(d.get('encoder'))}). {skipped}SciFact is in-domain for the calibration "
+           "text (it includes SciFact abstracts). One calibration sample and no training after the drop, so there "
+           "is no seed to repeat; the intervals are over queries.", "", *untrained_lines(d.get("untrained_check")),
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rep["rows"]:
         drop = d["drops"].get(Path(r.get("model") or "").name, {})   # a drop row's model is its stage folder

@@ -53,6 +53,7 @@ def load_encoder(args: ModelArgs, path: str | None = None, quantize: str | None 
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
         enc.config = dataclasses.replace(enc.config, **overrides)   # checked like a loaded config
+        enc._setup_tokenizer()                                      # padding side and EOS follow the pooling
     logger.debug(f"{path}: {enc.family}, {args.dtype} on {args.device}, encoder {enc.config}")
     return enc
 

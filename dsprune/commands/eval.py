@@ -32,6 +32,9 @@ class Args(QuantizeArgs):
     split: Optional[str] = field(default=None, metadata={"help": "split (default: test, or the task's own)"})
     batch_size: int = 32
     max_length: Optional[int] = field(default=None, metadata={"help": "override the encoder's max_length"})
+    encoder: Optional[str] = field(default=None, metadata={
+        "help": "encoder config overrides as JSON, as the trainer takes them (e.g. "
+                "'{\"pooling\": \"last\", \"append_eos\": true}'); the results' fingerprint records them"})
     threads: Optional[int] = field(default=None, metadata={"help": "torch threads (default: leave as is)"})
     geometry: bool = field(default=False, metadata={"help": "also compute embedding geometry metrics"})
     geometry_data: Optional[str] = field(default=None, metadata={
@@ -49,6 +52,8 @@ def run(args: Args) -> int:
 
     if not args.task and not args.geometry:
         raise DsPruneError("nothing to do: give --task NAME[=FOLDER] ... and/or --geometry")
+    from ..encoder import config_overrides
+    config_overrides(args.encoder)               # a misspelt option fails before any model or task loads
     model_dir = Path(model_path(args.model))     # `smollm2` works here as anywhere a path does
     if args.out is None:                         # as mteb does: a fresh folder per run, named by model and time
         args.out = f"out/eval-{model_dir.name.removesuffix('.gguf')}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -127,7 +132,7 @@ def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loade
     """results.json's document: the tasks' scores, and the embedding geometry if asked."""
     import mteb
 
-    from ..encoder import quantized_fingerprint
+    from ..encoder import config_overrides, overridden_fingerprint, quantized_fingerprint
     from ..eval import evaluate, geometry
     from ..eval.mteb_model import MtebEncoder, fingerprint
 
@@ -138,9 +143,11 @@ def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loade
                            "retrieval task")
     geo_split = args.split or next((s.split for s in beir), "test")
     pairs = geometry.pairs_from_beir(geo_folder, geo_split, args.geometry_samples) if args.geometry else None
-    fp = quantized_fingerprint(fingerprint(weights_dir), args.quantize, args.quantize_skip)
+    over = config_overrides(args.encoder)
+    fp = overridden_fingerprint(quantized_fingerprint(fingerprint(weights_dir), args.quantize, args.quantize_skip),
+                                over)
     enc = load_encoder(args, str(model_dir), quantize=args.quantize, quantize_skip=args.quantize_skip,
-                       max_length=args.max_length)
+                       **{**over, "max_length": args.max_length})
     model = MtebEncoder(enc, model_dir.name, fp, {s.name: s.instruction for s in specs},
                         batch_size=args.batch_size, show_progress=not args.quiet)
     shown = ("pooling", "normalize", "max_length", "query_max_length")

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from .. import formats
 from ..distributed import check_shared_folder
-from ..encoder import Encoder, EncoderConfig
+from ..encoder import Encoder, EncoderConfig, config_overrides
 from ..errors import DsPruneError
 from ..losses import info_nce, kl_distill
 from ..memory import peak_rss_bytes
@@ -105,12 +105,7 @@ class Models:
 
 # ---- options ------------------------------------------------------------------------------------------------
 def encoder_overrides(args: TrainArgs) -> dict:
-    over = as_mapping(args.encoder, "encoder")
-    names = {f.name for f in dataclasses.fields(EncoderConfig)}
-    unknown = sorted(set(over) - names)
-    if unknown:
-        raise DsPruneError(f"encoder: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(names))})")
-    return over
+    return config_overrides(as_mapping(args.encoder, "encoder"))
 
 
 def check_before_start(args: TrainArgs) -> None:
