@@ -187,6 +187,22 @@ def test_slimming_masks_that_do_not_record_their_tie_break_are_named():
     assert not render.slim_mask_without_ties({"stages": [{"name": "x", "command": "dsprune drop --model m"}]})
 
 
+def test_a_rows_mask_takes_its_tie_break_from_the_mask_stage_when_the_model_lacks_it(tmp_path):
+    stages = [{"name": "r-slim", "command": "slim"}, {"name": "r-mask", "command": "mask"}]
+    (tmp_path / "r-mask").mkdir()
+    (tmp_path / "r-mask" / "mask.json").write_text(json.dumps({"kind": "structured", "ties": "z"}))
+    held = {"method": "slim", "kind": "structured"}
+    got = run.with_mask_ties(held, stages, lambda n: tmp_path / n)
+    assert got == {**held, "ties": "z"} and "ties" not in held
+    assert not render.slim_mask_without_ties({"stages": [{"name": "r-mask", "command": "dsprune mask --gates g"}],
+                                              "mask": got})
+    assert run.with_mask_ties(None, stages, lambda n: tmp_path / n) is None          # no held mask: none invented
+    assert run.with_mask_ties(held, stages[:1], lambda n: tmp_path / n) == held       # no mask stage: as it was
+    (tmp_path / "r-mask" / "mask.json").write_text(json.dumps({"kind": "structured"}))
+    assert run.with_mask_ties(held, stages, lambda n: tmp_path / n) == held           # an older mask: still none
+    assert run.with_mask_ties({**held, "ties": "z"}, stages, lambda n: tmp_path / n)["ties"] == "z"
+
+
 def test_trained_rows_below_the_untrained_model_are_marked_not_properly_trained(tmp_path):
     # t1-8m: a drop without training; t2-19m trained and clearly worse than untrained; effir trained, not worse;
     # gapft-random-50: trained, then pruned one-shot (its loss is the pruning's, not a failed training)

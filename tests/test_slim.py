@@ -178,6 +178,10 @@ def test_mask_command(tmp_path, texts):
     fresh = Encoder.load(model).eval()
     apply_mask_dir(fresh, out)
     assert (_embed(fresh, texts) - gated).abs().max() <= 1e-5
+    # the export's manifest says how the mask broke ties, so a reader of the model alone can tell
+    assert cli(["export", "--model", str(model), "--mask", str(out), "--out", str(tmp_path / "exp")]) == 0
+    held = formats.read_manifest(tmp_path / "exp")["mask"]
+    assert held["ties"] == "z" and held["method"] == "slim" and held["kind"] == "structured"
     # refusals: existing output, bad ratio, a layer emptied without the floor option
     assert cli(["mask", "--gates", str(tmp_path), "--ratio", "0.3", "--out", str(out)]) == 2
     assert cli(["mask", "--gates", str(tmp_path), "--ratio", "1.0", "--out", str(tmp_path / "m2")]) == 2

@@ -227,11 +227,7 @@ def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, conf
             mask = mask or run_info.get("mask")   # models retrained before their manifest named the held mask
     def own(name: str) -> Path:               # ``stages`` already carry this seed's names
         return Path(report[name].get("folder") or out / name)
-    for s in stages:   # the held mask's summary lacks how its stage broke ties; the stage's mask.json has it
-        made = own(s["name"]) / "mask.json" if s.get("command") == "mask" else None
-        ties = formats.read_json(made).get("ties") if mask and made and made.is_file() else None
-        if ties:
-            mask = {**mask, "ties": ties}
+    mask = with_mask_ties(mask, stages, own)
 
     stage_info = [{"name": s["name"], "status": report[s["name"]]["status"],
                    "seconds": report[s["name"]].get("seconds"),
@@ -253,6 +249,19 @@ def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, conf
         "code_version": formats.code_version(), "scaled_settings": SCALED, "model_note": MODEL_NOTE,
         "eval": {"tasks": ctx.tasks, "split": "test", "max_length": ctx.max_length},
     }
+
+
+def with_mask_ties(mask: dict | None, stages: list[dict], folder_of) -> dict | None:
+    """The held mask's summary with how its ``dsprune mask`` stage broke ties: models retrained before their
+    manifest carried it lack it, while the stage's own mask.json has it."""
+    if not mask or mask.get("ties"):
+        return mask
+    for s in stages:
+        made = folder_of(s["name"]) / "mask.json" if s.get("command") == "mask" else None
+        ties = formats.read_json(made, "mask summary").get("ties") if made and made.is_file() else None
+        if ties:
+            return {**mask, "ties": ties}
+    return mask
 
 
 def list_rows(rows: list[Row], a, results: Path) -> None:

@@ -33,7 +33,7 @@ def run(args: Args) -> int:
     before = prune.count_params(enc.model)
     applied = apply_mask_dir(enc, args.mask)
     meta = applied.pop("meta")
-    mask_info = manifest_entry(applied["kind"], applied["kept"], applied["total"], meta.get("method"))
+    mask_info = manifest_entry(applied["kind"], applied["kept"], applied["total"], meta)
     prune.export(enc, args.out, args.overwrite, stage="export",
                  inputs={"model": args.model, "mask": args.mask},
                  config={k: v for k, v in vars(args).items() if k not in ("out", "overwrite")},

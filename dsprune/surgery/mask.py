@@ -99,11 +99,13 @@ def mask_counts(tensors: dict[str, torch.Tensor]) -> tuple[int, int]:
     return sum(int(m.sum()) for m in tensors.values()), sum(m.numel() for m in tensors.values())
 
 
-def manifest_entry(kind: str, kept: int, total: int, method: str | None) -> dict:
+def manifest_entry(kind: str, kept: int, total: int, meta: dict) -> dict:
     """What a model's manifest says of the mask it was exported with: a reader must learn that an unstructured
-    mask left zeros in dense tensors (no size or speed change), whether it came from export or retraining."""
+    mask left zeros in dense tensors (no size or speed change), whether it came from export or retraining, and
+    how the mask's ranking broke ties (``meta``: the mask's own mask.json), since equal scores leave it open."""
     return {"kind": kind, "kept": kept, "total": total, "sparsity": 1 - kept / total if total else 0.0,
-            "zeros_on_disk": kind == "unstructured", "method": method,
+            "zeros_on_disk": kind == "unstructured", "method": meta.get("method"),
+            **({"ties": meta["ties"]} if meta.get("ties") else {}),
             "note": "unstructured mask: pruned weights are stored as zeros in dense tensors (no size or speed change)"
             if kind == "unstructured" else "structured mask: pruned MLP neurons removed"}
 

@@ -104,8 +104,7 @@ def stage_hooks(args: StageArgs) -> Hooks:
         mask_tensors, mask_meta = formats.read_mask(args.mask)
         extra["mask"] = {"folder": str(args.mask), **{k: v for k, v in mask_meta.items() if k != "widths"}}
         from ..surgery.mask import manifest_entry, mask_counts
-        export_extra = {"mask": manifest_entry(mask_meta.get("kind"), *mask_counts(mask_tensors),
-                                               mask_meta.get("method"))}
+        export_extra = {"mask": manifest_entry(mask_meta.get("kind"), *mask_counts(mask_tensors), mask_meta)}
     slim = args.mode == "slim"
     if slim:
         extra["slim"] = {"lambda": args.slim_lambda, "beta": args.slim_beta, "normalise": args.slim_normalise,
