@@ -105,3 +105,22 @@ def test_eval_with_skip_carries_the_skip_in_its_fingerprint(tiny_dirs, tmp_path)
                  "--out", str(out), "--quiet", "--quantize", "int8", "--quantize_skip", "down_proj", "o_proj"]) == 0
     doc = json.loads((out / "results.json").read_text())
     assert doc["fingerprint"].endswith("+int8-skip:down_proj,o_proj")
+
+
+def test_the_int8_recipe_scores_and_times_the_quantised_model_against_the_float_one(tiny_dirs, tmp_path):
+    """recipes/int8-embedder.yaml as a user runs it on their model: the report pairs int8 (down projections
+    float) with float32 per query and carries the bench's speed-up matched by the int8 fingerprint."""
+    from pathlib import Path
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "int8-embedder.yaml"
+    out = tmp_path / "run"
+    folder = write_beir(tmp_path / "beir")
+    assert main(["run", "--recipe", str(recipe), "--out", str(out), "--param", f"model={tiny_dirs['gemma3_text']}",
+                 f"tasks=[tiny={folder}]", "--set", "bench.docs=8", "bench.queries=8", "bench.doc_len=32"]) == 0
+    full = json.loads((out / "eval-full" / "results.json").read_text())
+    int8 = json.loads((out / "eval-int8" / "results.json").read_text())
+    assert int8["fingerprint"] == full["fingerprint"] + "+int8-skip:down_proj"
+    report = json.loads((out / "report" / "report.json").read_text())
+    rows = {r["label"]: r for r in report["rows"]}
+    assert set(rows) == {"float32", "int8"} and "delta" in rows["int8"]["tasks"]["tiny"]
+    assert rows["int8"]["speed"]["document"] > 0 and rows["int8"]["speed"]["baseline_fp"] == full["fingerprint"]
