@@ -132,7 +132,7 @@ def share_score(params: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = recipe_parser(__doc__, "model, k, k2")
+    ap = recipe_parser(__doc__, "model, k, k2, tasks")
     ap.add_argument("--tag", default="", help="a name for this model's run and results (default: EmbeddingGemma's)")
     ap.add_argument("--label", default="", help="the model as RESULTS.md names it")
     a = ap.parse_args(argv)
