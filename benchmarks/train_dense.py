@@ -51,7 +51,15 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true", help="continue an interrupted training run")
     ap.add_argument("--prepare-only", action="store_true",
                     help="stop after writing the training data and train.yaml (for benchmarks/train_throughput.py)")
+    ap.add_argument("--results", default=None, metavar="NAME",
+                    help="also keep the run as benchmarks/results/NAME.json (RESULTS.md renders it)")
+    ap.add_argument("--collect", action="store_true", help="only keep the finished run in --out as --results")
     a = ap.parse_args()
+    if a.collect:
+        if not a.results:
+            ap.error("--collect needs --results NAME")
+        print(f"wrote {keep(Path(a.out), a.results)}")
+        return 0
 
     from dsprune import formats
     from dsprune.settings import data_dir
@@ -147,7 +155,35 @@ def main() -> int:
         for name, r in results.items():
             print(f"{name:<10} {r['ndcg_at_10']:>8.4f} {r['recall_at_100'] or 0:>7.4f}")
     print(f"wrote {out / formats.MANIFEST}")
+    if a.results:
+        print(f"wrote {keep(out, a.results)}")
     return 0
+
+
+def keep(out: Path, name: str, results: Path = REPO / "benchmarks" / "results") -> Path:
+    """A finished run as ``results/NAME.json``: what it trained (pooling, steps, losses) and whether it beats its
+    untrained start, trained − untrained paired per query on the evaluation both were given."""
+    from dsprune import formats
+    from dsprune.report import compare
+
+    man = formats.read_manifest(out)
+    if man.get("stage") != "benchmark:train_dense":
+        raise SystemExit(f"error: {out}: not a finished benchmarks/train_dense.py run")
+    for n in ("untrained", "trained"):
+        if not (out / f"eval_{n}" / formats.RESULTS).is_file():
+            raise SystemExit(f"error: {out / f'eval_{n}'}: no results.json (the run was made with --skip-eval)")
+    entries = compare.load_entries([str(out / "eval_untrained"), str(out / "eval_trained")], [],
+                                   ["untrained", "trained"])
+    rep = compare.compare(entries)
+    cfg = man["config"]
+    doc = {"title": f"SmolLM2 trained into a dense retriever by benchmarks/train_dense.py, {cfg['pooling']} pooling",
+           "command": (man.get("command") or "").replace(f"{REPO}/", ""), "code_version": man.get("code_version") or formats.code_version(),
+           "encoder": cfg["train_config"]["encoder"], "seed": cfg["seed"], "learning_rate": cfg["lr"],
+           "train": man["figures"]["train"], "scaled_settings": man.get("scaled_settings"),
+           "tasks": rep["tasks"], "untrained": rep["rows"][0], "trained": rep["rows"][1]}
+    dest = results / f"{name}.json"
+    formats.write_json(dest, doc)
+    return dest
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks.grid import render
 from benchmarks.grid.render_dai_modes import render_dai_modes
+from benchmarks.grid.render_dense_runs import render_dense_runs
 from benchmarks.grid.render_drop_position import render_drop_position
 from benchmarks.grid.render_overlap import render_overlap
 from benchmarks.grid.render_table1 import render_table1
@@ -22,6 +23,7 @@ SECTIONS = {
     "dai_modes.json": lambda r: render_dai_modes(r, {}),
     "scifact_overlap.json": render_overlap,
     "table1_embedder.json": render_table1,
+    "train_dense_last.json": render_dense_runs,
     "training/throughput.json": render_throughput,
 }
 

@@ -24,6 +24,7 @@ from .render_seeds import another_seed, comparison_lines, family, recovery_lines
 from .render_seeds import verdict as seed_verdict
 from .render_overlap import render_overlap
 from .render_gaprune_embedder import render_gaprune_embedder
+from .render_dense_runs import render_dense_runs
 from .render_table1 import render_table1
 from .render_throughput import render_throughput
 from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
@@ -348,6 +349,7 @@ def render(results: Path, md: Path) -> str:
     out += render_families(results, md)
     out += render_compress(results, md)
     out += render_table1(results)
+    out += render_dense_runs(results, docs.get("dense"))
     out += render_gaprune_embedder(results)
     out += render_int8(results)
     out += render_throughput(results)

@@ -1,0 +1,46 @@
+"""Dense retrievers that ``benchmarks/train_dense.py --results NAME`` kept besides the grid's own: another pooling
+at the dense row's budget. A table whose reference retriever never learned to retrieve says nothing about
+dropping, so each run states first whether it beats its untrained start."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from dsprune.report.compare import interval
+
+from .section import section_result
+
+MADE_BY = "benchmarks/train_dense.py"
+POOLINGS = {"mean": "mean pooling", "last": "the last token", "cls": "the first token"}
+
+
+def pooling_words(enc: dict) -> str:
+    return POOLINGS[enc["pooling"]] + (" with EOS appended" if enc.get("append_eos") else "")
+
+
+def render_dense_runs(results: Path, grid_dense: dict | None = None) -> list[str]:
+    """``grid_dense``: the grid's dense row (results/dense.json), named beside each run as the mean-pooled
+    retriever of the same script, though from another run."""
+    runs = [d for p in sorted(results.glob("train_dense_*.json"))
+            if (d := section_result(p, {"command", "encoder", "train", "tasks", "untrained", "trained"}, MADE_BY))]
+    if not runs:
+        return []
+    out = ["## Dense retrievers trained with another pooling", ""]
+    for d in runs:
+        tr, t = d["train"], d["tasks"][0]
+        delta = d["trained"]["tasks"][t]["delta"]
+        word = "beats" if delta["low"] > 0 else "does not clearly beat"
+        out += [f"- **{pooling_words(d['encoder'])}** (`{d['command']}`, {d['code_version']}): SmolLM2 trained with "
+                f"the dense row's budget otherwise ({tr['steps']} LoRA steps, learning rate {d['learning_rate']}, "
+                f"seed {d['seed']}); loss {tr['first_loss']:.3f} at the first step, {tr['final_loss']:.3f} at the "
+                f"last, {tr['train_seconds'] / 60:.0f} min of training. On {t} it scores "
+                f"{d['trained']['tasks'][t]['score']:.4f} against {d['untrained']['tasks'][t]['score']:.4f} for the "
+                f"untrained model pooled the same way, so it {word} its untrained start: trained − untrained "
+                f"{interval(delta)} (paired per query, one training seed)."]
+    if grid_dense:
+        tr = (grid_dense.get("training") or {}).get("train_dense.py") or {}
+        score = (grid_dense.get("tasks") or {}).get("scifact_small", {}).get("ndcg_at_10")
+        if score is not None and tr:
+            out += [f"- For comparison, not paired: the grid's dense row (mean pooling, the same script's defaults, "
+                    f"another run, model fingerprint {str(grid_dense.get('model_fingerprint'))[:8]}…) scores "
+                    f"{score:.4f} on scifact_small, its loss {tr['first_loss']:.3f} → {tr['final_loss']:.3f}."]
+    return out + [""]
