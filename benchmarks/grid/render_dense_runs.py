@@ -7,14 +7,9 @@ from pathlib import Path
 
 from dsprune.report.compare import interval
 
-from .section import section_result
+from .section import pooling_words, section_result
 
 MADE_BY = "benchmarks/train_dense.py"
-POOLINGS = {"mean": "mean pooling", "last": "the last token", "cls": "the first token"}
-
-
-def pooling_words(enc: dict) -> str:
-    return POOLINGS[enc["pooling"]] + (" with EOS appended" if enc.get("append_eos") else "")
 
 
 def render_dense_runs(results: Path, grid_dense: dict | None = None) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from dsprune.report import compare
 from dsprune.report.compare import interval
 
-from .section import section_result
+from .section import pooling_words, section_result
 
 KINDS = {"attn": "attention layers", "mlp": "MLPs", "blocks": "blocks"}
 
@@ -39,9 +39,7 @@ def render_table1(results: Path) -> list[str]:
 def pooling_of(enc: dict | None) -> str:
     if not enc:
         return "its own pooling and head"
-    how = {"mean": "mean pooling", "last": "the last token", "cls": "the first token"}[enc["pooling"]]
-    return how + (" with EOS appended" if enc["append_eos"] else "") + (", then its Dense head" if enc["dense_head"]
-                                                                         else "")
+    return pooling_words(enc) + (", then its Dense head" if enc["dense_head"] else "")
 
 
 def untrained_lines(check: dict | None) -> list[str]:

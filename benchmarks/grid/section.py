@@ -17,3 +17,11 @@ def section_result(p: Path, keys: set[str], made_by: str) -> dict | None:
         print(f"note: {p} is not a {made_by} result, ignored", file=sys.stderr)
         return None
     return d
+
+
+POOLINGS = {"mean": "mean pooling", "last": "the last token", "cls": "the first token"}
+
+
+def pooling_words(enc: dict) -> str:
+    """An encoder's pooling as the sections name it (``enc``: an EncoderConfig's pooling and append_eos)."""
+    return POOLINGS[enc["pooling"]] + (" with EOS appended" if enc.get("append_eos") else "")
