@@ -102,12 +102,10 @@ def untrained_check(model: Path) -> dict | None:
     root = model.parent.parent if model.name == "model" and model.parent.name == "run" else None
     if root is None or not all((root / f"eval_{n}" / formats.RESULTS).is_file() for n in ("untrained", "trained")):
         return None
-    entries = compare.load_entries([str(root / "eval_untrained"), str(root / "eval_trained")], [],
-                                   ["untrained", "trained"])
-    rep = compare.compare(entries)
+    from benchmarks.train_dense import trained_vs_untrained
+
     made = formats.read_json(root / formats.MANIFEST, "train_dense manifest")
-    return {"command": made.get("command"), "tasks": rep["tasks"], "untrained": rep["rows"][0],
-            "trained": rep["rows"][1]}
+    return {"command": made.get("command"), **trained_vs_untrained(root)}
 
 
 def head_to_head(out: Path) -> dict:

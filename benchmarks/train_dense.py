@@ -160,11 +160,20 @@ def main() -> int:
     return 0
 
 
+def trained_vs_untrained(out: Path) -> dict:
+    """The run's trained model against its untrained start on the evaluation both were given, paired per query."""
+    from dsprune.report import compare
+
+    entries = compare.load_entries([str(out / "eval_untrained"), str(out / "eval_trained")], [],
+                                   ["untrained", "trained"])
+    rep = compare.compare(entries)
+    return {"tasks": rep["tasks"], "untrained": rep["rows"][0], "trained": rep["rows"][1]}
+
+
 def keep(out: Path, name: str, results: Path = REPO / "benchmarks" / "results") -> Path:
     """A finished run as ``results/NAME.json``: what it trained (pooling, steps, losses) and whether it beats its
     untrained start, trained − untrained paired per query on the evaluation both were given."""
     from dsprune import formats
-    from dsprune.report import compare
 
     man = formats.read_manifest(out)
     if man.get("stage") != "benchmark:train_dense":
@@ -172,15 +181,13 @@ def keep(out: Path, name: str, results: Path = REPO / "benchmarks" / "results") 
     for n in ("untrained", "trained"):
         if not (out / f"eval_{n}" / formats.RESULTS).is_file():
             raise SystemExit(f"error: {out / f'eval_{n}'}: no results.json (the run was made with --skip-eval)")
-    entries = compare.load_entries([str(out / "eval_untrained"), str(out / "eval_trained")], [],
-                                   ["untrained", "trained"])
-    rep = compare.compare(entries)
     cfg = man["config"]
     doc = {"title": f"SmolLM2 trained into a dense retriever by benchmarks/train_dense.py, {cfg['pooling']} pooling",
-           "command": (man.get("command") or "").replace(f"{REPO}/", ""), "code_version": man.get("code_version") or formats.code_version(),
+           "command": (man.get("command") or "").replace(f"{REPO}/", ""),
+           "code_version": man.get("code_version") or formats.code_version(),
            "encoder": cfg["train_config"]["encoder"], "seed": cfg["seed"], "learning_rate": cfg["lr"],
            "train": man["figures"]["train"], "scaled_settings": man.get("scaled_settings"),
-           "tasks": rep["tasks"], "untrained": rep["rows"][0], "trained": rep["rows"][1]}
+           **trained_vs_untrained(out)}
     dest = results / f"{name}.json"
     formats.write_json(dest, doc)
     return dest
