@@ -10,6 +10,8 @@ export RAY_AUTH_MODE ?= disabled
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
+# test workers (pytest-xdist); each module runs whole on one worker, so its shared launcher run stays shared
+TEST_WORKERS ?= 2
 
 .PHONY: demo test install clean
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
@@ -26,7 +28,7 @@ demo: install
 	OMP_NUM_THREADS=2 $(VENV)/bin/dsprune demo --out out/demo --overwrite
 
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 clean:
 	rm -rf $(VENV) .cache out

@@ -1,43 +1,49 @@
 """The thin ``dsprune`` runner: each subcommand lives in its own module, listed here with its one-line help.
 
 A command module defines ``Args`` (a dataclass, see ``config.parse_args``) and ``run(args)``; bad input
-surfaces as one ``error:`` line and exit status 2, never a half-written output. Command modules keep their
-heavy imports (models, plots, Ray) inside ``run``, so importing them all here costs no more than importing
-``dsprune`` itself, and ``dsprune --help`` stays quick.
+surfaces as one ``error:`` line and exit status 2, never a half-written output. Only the chosen command's module
+is imported, and it keeps its heavy imports (models, plots, Ray) inside ``run``: a recipe runs each stage as a
+fresh process, so start-up time is paid once per stage.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import sys
 from types import ModuleType
 from typing import NamedTuple
 
-from .commands import bench, dai, demo, drop, eval, export, mask, mine, plan, prune, report, run, sample, score, tune
 from .errors import DsPruneError
 from .formats import claims_released
 
 
 class Command(NamedTuple):
-    module: ModuleType
+    name: str
     help: str
+
+    @property
+    def module(self) -> ModuleType:
+        """Imported on use: every recipe stage is a fresh process, and importing all commands' modules would
+        cost each of them seconds for code it never runs."""
+        return importlib.import_module(f"dsprune.commands.{self.name}")
 
 
 COMMANDS = {
-    "demo": Command(demo, "score, drop, export and reload a real small model in minutes"),
-    "run": Command(run, "run a recipe (YAML pipeline), resuming finished stages"),
-    "score": Command(score, "EffiR layer importance (1 - cos) on calibration text"),
-    "plan": Command(plan, "ask for a FLOP speed-up: drop counts and slimming ratio that reach it"),
-    "drop": Command(drop, "drop attention/MLP sub-layers or blocks and export the smaller model"),
-    "sample": Command(sample, "GAPrune representative sampling: k-means over query embeddings"),
-    "dai": Command(dai, "GAPrune per-sample Fisher, gradient alignment and DAI scores"),
-    "prune": Command(prune, "build a mask: dai|magnitude|fisher|random|wanda, unstructured or neurons"),
-    "export": Command(export, "apply a mask (zeros or removed neurons) and export the model"),
-    "eval": Command(eval, "mteb retrieval, classification, STS (NAME or NAME=FOLDER), geometry"),
-    "bench": Command(bench, "encoding speed-up vs a baseline, FLOP ratio, retrieval latency"),
-    "report": Command(report, "compare results with paired bootstrap CIs; quality-vs-speed plot"),
-    "mine": Command(mine, "hard negatives for a BEIR train split -> training groups (JSONL)"),
-    "mask": Command(mask, "self-slimming: rank gates globally -> structured neuron mask, width plot"),
-    "tune": Command(tune, "Ray Tune sweep over a pipeline: score vs measured cost, Pareto front"),
+    "demo": Command("demo", "score, drop, export and reload a real small model in minutes"),
+    "run": Command("run", "run a recipe (YAML pipeline), resuming finished stages"),
+    "score": Command("score", "EffiR layer importance (1 - cos) on calibration text"),
+    "plan": Command("plan", "ask for a FLOP speed-up: drop counts and slimming ratio that reach it"),
+    "drop": Command("drop", "drop attention/MLP sub-layers or blocks and export the smaller model"),
+    "sample": Command("sample", "GAPrune representative sampling: k-means over query embeddings"),
+    "dai": Command("dai", "GAPrune per-sample Fisher, gradient alignment and DAI scores"),
+    "prune": Command("prune", "build a mask: dai|magnitude|fisher|random|wanda, unstructured or neurons"),
+    "export": Command("export", "apply a mask (zeros or removed neurons) and export the model"),
+    "eval": Command("eval", "mteb retrieval, classification, STS (NAME or NAME=FOLDER), geometry"),
+    "bench": Command("bench", "encoding speed-up vs a baseline, FLOP ratio, retrieval latency"),
+    "report": Command("report", "compare results with paired bootstrap CIs; quality-vs-speed plot"),
+    "mine": Command("mine", "hard negatives for a BEIR train split -> training groups (JSONL)"),
+    "mask": Command("mask", "self-slimming: rank gates globally -> structured neuron mask, width plot"),
+    "tune": Command("tune", "Ray Tune sweep over a pipeline: score vs measured cost, Pareto front"),
 }
 
 

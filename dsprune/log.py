@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import sys
+import warnings
 from typing import Iterator
 
 logger = logging.getLogger("dsprune")
@@ -71,27 +72,63 @@ def _restore(handler: logging.Handler, saved: tuple) -> None:
         os.environ[ENV] = saved[2]
 
 
+# What each library reads at import time to start silent: a command that never imports it should not pay
+# seconds to import it only to silence it.
+_QUIET_ENV = {"transformers": {"TRANSFORMERS_VERBOSITY": "error", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+                               "HF_HUB_DISABLE_PROGRESS_BARS": "1"},
+              "datasets": {"DATASETS_VERBOSITY": "error", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}}
+
+
 @contextlib.contextmanager
 def _libraries_silenced() -> Iterator[None]:
-    import datasets.utils as ds_utils
-    from datasets.utils import logging as ds_logging
-    from transformers.utils import logging as tf_logging
+    """Hugging Face libraries at error level without progress bars: through their API once imported, through
+    the variables they read at import otherwise (a library first imported here stays silent in this process;
+    dsprune's commands end with it)."""
+    with contextlib.ExitStack() as stack:
+        for lib, env in _QUIET_ENV.items():
+            if lib in sys.modules:
+                stack.enter_context(_imported_silenced(lib))
+            else:
+                stack.enter_context(_environ(env))
+        yield
 
-    saved = (tf_logging.get_verbosity(), tf_logging.is_progress_bar_enabled(), ds_logging.get_verbosity(),
-             not ds_utils.are_progress_bars_disabled())
-    tf_logging.set_verbosity_error()
-    tf_logging.disable_progress_bar()        # the hub's bars too
-    ds_logging.set_verbosity_error()
-    ds_utils.disable_progress_bars()
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        tf_logging.set_verbosity(saved[0])
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _imported_silenced(lib: str) -> Iterator[None]:
+    if lib == "transformers":
+        from transformers.utils import logging as lib_logging
+        bars_on, disable, enable = lib_logging.is_progress_bar_enabled, lib_logging.disable_progress_bar, \
+            lib_logging.enable_progress_bar
+    else:
+        import datasets.utils as ds_utils
+        from datasets.utils import logging as lib_logging
+        bars_on = lambda: not ds_utils.are_progress_bars_disabled()  # noqa: E731
+        disable, enable = ds_utils.disable_progress_bars, ds_utils.enable_progress_bars
+    saved = (lib_logging.get_verbosity(), bars_on())
+    lib_logging.set_verbosity_error()
+    disable()                                # for transformers, the hub's bars too
+    try:
+        yield
+    finally:
+        lib_logging.set_verbosity(saved[0])
         if saved[1]:
-            tf_logging.enable_progress_bar()
-        ds_logging.set_verbosity(saved[2])
-        if saved[3]:
-            ds_utils.enable_progress_bars()
+            with warnings.catch_warnings():  # refused, with a warning, if the library was imported silenced
+                warnings.simplefilter("ignore")
+                enable()
 
 
 @contextlib.contextmanager

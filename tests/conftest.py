@@ -24,3 +24,16 @@ def tiny_dirs(tmp_path_factory):
 @pytest.fixture
 def texts():
     return list(TEXTS)
+
+
+# Modules that start DeepSpeed, Ray or many stage processes, longest first. Under pytest-xdist (`make test` runs
+# `-n 2 --dist loadfile --no-loadscope-reorder`) a module runs whole on one worker; starting the long ones first
+# keeps one worker from running the longest module alone at the end.
+LONGEST_FIRST = ["test_tune_sweep", "test_train_launcher", "test_recipe", "test_distill_launcher", "test_ray_cluster",
+                 "test_tune_optuna", "test_multinode", "test_st_export", "test_slim_launcher", "test_gaprune_retrain",
+                 "test_export", "test_quantize", "test_grad_cache", "test_gaprune_zero3"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__.rpartition(".")[2], len(rank)))

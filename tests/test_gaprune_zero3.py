@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dsprune.distributed import free_port
 from dsprune.importance.dai import STAT_FILES
 from dsprune.settings import REPO_ROOT
 
@@ -39,7 +40,7 @@ def test_zero3_two_ranks_equal_single_process(tmp_path, tiny_dirs):
     env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu",
                TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO_ROOT / ".cache" / "torch_extensions")))
     launcher = str(Path(sys.executable).parent / "deepspeed")
-    r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", "29633", str(REPO_ROOT / "launchers" / "dai.py"),
+    r = subprocess.run([launcher, "--num_gpus", "2", "--master_port", str(free_port()), str(REPO_ROOT / "launchers" / "dai.py"),
                         *common, "--out", str(tmp_path / "zero3"), "--deepspeed", str(tmp_path / "z3.json"),
                         "--dist_backend", "gloo"], env=env, capture_output=True, text=True, timeout=900,
                        cwd=str(REPO_ROOT))

@@ -7,7 +7,6 @@ import bisect
 import json
 import math
 import re
-from pathlib import Path
 
 import pytest
 

@@ -1,7 +1,7 @@
 """A real Ray Tune sweep on a tiny model: self-slimming under the DeepSpeed launcher (2 CPU ranks), then
 mask -> export -> eval (mteb) -> bench per trial; interrupted after its first trial and resumed.
 
-One sweep for the module (grid over the slimming ratio, 4 trials, one of which must fail): the slimming
+One sweep for the module (grid over the slimming ratio, 3 trials, one of which must fail): the slimming
 stage is shared by every trial through the stage cache, ASHA sees the in-training eval reports, and a
 constraint on the parameter ratio makes one finished trial infeasible.
 """
@@ -20,7 +20,7 @@ from dsprune.recipe import STAMP, stage_lock
 from train_helpers import BIN, env, write_beir, write_groups
 
 pytestmark = pytest.mark.slow
-RATIOS = [0.1, 0.3, 0.6, 0.999]
+RATIOS = [0.1, 0.6, 0.999]
 
 
 def _sweep_file(root: Path, model: Path) -> Path:
@@ -128,14 +128,14 @@ def test_interrupted_sweep_resumes_without_redoing_finished_work(sweep):
 def test_table_constraint_best_and_failed_trial(sweep):
     s = sweep["summary"]
     rows = _by_ratio(s)
-    assert [rows[r]["status"] for r in RATIOS] == ["done", "done", "done", "error"]
+    assert [rows[r]["status"] for r in RATIOS] == ["done", "done", "error"]
     assert "would remove every neuron" in rows[0.999]["error"]  # the stage's own error line, not a traceback
     # param_ratio grows with the slimming ratio; the constraint (>= 1.1) rules out the mildest trial only
-    assert rows[0.1]["param_ratio"] < 1.1 < rows[0.3]["param_ratio"] < rows[0.6]["param_ratio"]
-    assert [rows[r]["feasible"] for r in RATIOS[:3]] == [False, True, True]
-    top = max(rows[0.3]["ndcg_at_10"], rows[0.6]["ndcg_at_10"])
+    assert rows[0.1]["param_ratio"] < 1.1 < rows[0.6]["param_ratio"]
+    assert [rows[r]["feasible"] for r in RATIOS[:2]] == [False, True]
+    # the best trial is the feasible one, though the infeasible one may score higher
     best = next(r for r in s["trials"] if r["trial"] == s["best"]["trial"])
-    assert best["feasible"] and best["ndcg_at_10"] == top
+    assert best["feasible"] and best["trial"] == rows[0.6]["trial"]
     assert Path(s["best_model"]).is_dir() and (Path(s["best_model"]) / "config.json").is_file()
     assert best["trial"] in s["front"] and rows[0.1]["trial"] not in s["front"]
     table = (sweep["out"] / "trials.md").read_text()
@@ -157,49 +157,3 @@ def test_intermediate_reports_reach_ray_and_tensorboard(sweep):
         events = acc.Scalars("tune/ndcg_at_10")
         assert [e.step for e in events][-3:] == [1, 2, 3]
         assert events[-1].value == pytest.approx(r["ndcg_at_10"])
-
-
-def test_optuna_multi_objective_sweep_over_dai_knobs(tmp_path, tiny_dirs):
-    """Optuna (TPE) over continuous DAI knobs, two objectives -> the Pareto front; DAI statistics are
-    computed once (stage cache) and every trial recomputes DAI from them."""
-    from dsprune.tune import outcome
-
-    model, beir = tiny_dirs["llama"], write_beir(tmp_path / "beir")
-    trip = tmp_path / "trip.jsonl"
-    trip.write_text("".join(json.dumps({"query": q, "positive": p, "negative": n}) + "\n" for q, p, n in [
-        ("cell membrane", "the cell membrane regulates transport", "revenue grew"),
-        ("revenue growth", "revenue grew by ten percent", "gene expression"),
-        ("dense retrieval", "dense retrieval encodes queries", "interest rates")]))
-    doc = {
-        "out": str(tmp_path / "sweep"), "name": "dai", "search": "optuna", "num_samples": 3, "seed": 1,
-        "space": {"dai.alpha": {"uniform": [0.0, 1.0]}, "dai.sparsity": {"uniform": [0.1, 0.6]}},
-        "objectives": {"ndcg_at_10": "max", "param_ratio": "max"},
-        "stages": [
-            {"name": "dai", "command": "dai", "args": {"model": str(model), "general": [str(trip)],
-                                                      "domain": [str(trip)]}},
-            {"name": "prune", "command": "prune", "args": {"model": str(model), "method": "dai", "sparsity": 0.3,
-                                                          "scores": "${dai}", "dai_recompute": True,
-                                                          "structured": True}},
-            {"name": "export", "command": "export", "args": {"model": str(model), "mask": "${prune}"}},
-            {"name": "eval", "command": "eval", "args": {"model": "${export}", "task": [f"tiny={beir}"],
-                                                        "quiet": True}},
-            {"name": "bench", "command": "bench",
-             "args": {"model": "${export}", "baseline": str(model), "data": str(beir), "docs": 4, "doc_batch": 4,
-                      "doc_len": 8, "queries": 4, "query_batch": 4, "query_len": 8, "repeats": 1}},
-        ]}
-    cfg = tmp_path / "sweep.yaml"
-    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
-    r = subprocess.run(_tune(cfg), env=dict(env(), DSPRUNE_RAY_TMP=_ray_tmp()),
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    s = json.loads((tmp_path / "sweep" / "summary.json").read_text())
-    rows = s["trials"]
-    assert [t["status"] for t in rows] == ["done"] * 3
-    assert len({t["dai.sparsity"] for t in rows}) == 3 and all(0.1 <= t["dai.sparsity"] <= 0.6 for t in rows)
-    assert len(list((tmp_path / "sweep" / "stages").glob("dai-*"))) == 1  # statistics computed once
-    # the front is exactly the non-dominated trials, recomputed by hand here
-    objs = {"ndcg_at_10": "max", "param_ratio": "max"}
-    assert sorted(s["front"]) == sorted(rows[i]["trial"] for i in outcome.pareto_front(rows, objs))
-    # more neurons removed -> fewer parameters
-    by_sparsity = sorted(rows, key=lambda t: t["dai.sparsity"])
-    assert [t["param_ratio"] for t in by_sparsity] == sorted(t["param_ratio"] for t in by_sparsity)
