@@ -181,6 +181,14 @@ class Encoder(nn.Module):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def configure(self, **over) -> "Encoder":
+        """This encoder with ``over`` (EncoderConfig fields) over its own config; the tokenizer's padding side
+        and EOS follow, since they depend on the pooling."""
+        if over:
+            self.config = EncoderConfig.from_dict({**dataclasses.asdict(self.config), **over})
+            self._setup_tokenizer()
+        return self
+
     def _setup_tokenizer(self) -> None:
         tok = self.tokenizer
         tok.padding_side = self.config.padding_side

@@ -84,4 +84,8 @@ def test_bench_writes_sane_json(tmp_path):
     assert doc["fingerprint"]["model"] != doc["fingerprint"]["baseline"]
     assert all(v["ms_per_query"] > 0 and v["index_size"] == 6 for v in doc["retrieval_latency"].values())
     assert json.loads((out / "manifest.json").read_text())["stage"] == "bench"
+    # the processor travels with the ratio: int8 and float kernels gain differently across instruction sets
+    import torch
+    assert doc["machine"]["cpu"] and doc["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert doc["machine"]["logical_cpus"] >= 1
     assert Encoder.load(tmp_path / "pruned")  # the bench left the export intact

@@ -124,3 +124,18 @@ def test_the_int8_recipe_scores_and_times_the_quantised_model_against_the_float_
     rows = {r["label"]: r for r in report["rows"]}
     assert set(rows) == {"float32", "int8"} and "delta" in rows["int8"]["tasks"]["tiny"]
     assert rows["int8"]["speed"]["document"] > 0 and rows["int8"]["speed"]["baseline_fp"] == full["fingerprint"]
+    # benchmarks/int8_machine.py keeps the run under the CPU that timed it, and RESULTS.md shows it as its row
+    from benchmarks import int8_machine
+    from benchmarks.grid.render_int8_machines import render_int8_machines
+    from dsprune.recipe import parse_params
+
+    params = parse_params([f"model={tiny_dirs['gemma3_text']}", f"tasks=[tiny={folder}]"])
+    doc = int8_machine.collect(out, params, ["dsprune", "run", "..."])
+    assert doc["speed"]["document"]["speedup"] == pytest.approx(rows["int8"]["speed"]["document"])
+    assert doc["quantize_skip"] == ["down_proj"] and doc["machine"]["cpu"]
+    name = int8_machine.PREFIX + int8_machine.machine_slug(doc["machine"])
+    int8_machine.keep_results(doc, out, tmp_path / "results", name)
+    lines = render_int8_machines(tmp_path / "results")
+    row = next(line for line in lines if line.startswith(f"| {doc['machine']['cpu']} |"))
+    assert f"| {rows['float32']['mean']:.4f} |" in row and f"{doc['speed']['query']['speedup']:.2f}×" in row
+    assert "| down_proj |" in row

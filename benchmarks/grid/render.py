@@ -25,6 +25,7 @@ from .render_seeds import verdict as seed_verdict
 from .render_overlap import render_overlap
 from .render_gaprune_embedder import render_gaprune_embedder
 from .render_dense_runs import render_dense_runs
+from .render_int8_machines import render_int8_machines
 from .render_table1 import render_table1
 from .render_throughput import render_throughput
 from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
@@ -593,7 +594,10 @@ def render_int8(results: Path) -> list[str]:
     """Padding by token count and int8 inference (benchmarks/int8_padding.py)."""
     d = section_result(results / "int8_padding.json", {"title", "command", "padding", "report"},
                        "benchmarks/int8_padding.py")
-    return int8_section(d) if d is not None else []
+    machines = render_int8_machines(results)
+    if d is None and machines:
+        machines = ["## int8 Linear layers on CPU", "", *machines[2:]]
+    return (int8_section(d) if d is not None else []) + machines
 
 
 def int8_section(d: dict) -> list[str]:

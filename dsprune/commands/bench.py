@@ -80,7 +80,7 @@ def run(args: Args) -> int:
     doc = {"model": str(Path(args.model).resolve()), "baseline": str(Path(args.baseline).resolve()),
            "fingerprint": prints, "data": str(folder), "threads": threads,
            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "torch": torch.__version__,
-           "settings": dataclasses.asdict(args), **res}
+           "machine": speed.machine(args.device), "settings": dataclasses.asdict(args), **res}
     figures = {k: res[k]["speedup"] for k in ("document", "query")}
     figures.update({f"{k}_speedup_min_max": [res[k]["speedup_pairs"]["min"], res[k]["speedup_pairs"]["max"]]
                     for k in ("document", "query")})
@@ -103,8 +103,10 @@ def summary(doc: dict) -> str:
 
     p = doc["params"]
     quant = quant_label(doc["settings"].get("quantize"), doc["settings"].get("quantize_skip") or ())
+    m = doc.get("machine") or {}
     lines = [f"threads={doc['threads']} compile={doc['settings']['compile']} data={doc['data']}"
-             + (f" model quantised: {quant}" if quant else ""),
+             + (f" model quantised: {quant}" if quant else "")
+             + (f" on {m['cpu']} ({m['cpu_capability']})" if m else ""),
              f"params: model {p['model'] / 1e6:.2f}M, baseline {p['baseline'] / 1e6:.2f}M, ratio {p['ratio']:.3f} "
              f"(non-embedding ratio {p['non_embedding']['ratio']:.3f})",
              f"{'':<9} {'texts':>5} {'shape':>8} {'model/s':>9} {'base/s':>9} {'speed-up':>8} {'min–max':>11} "

@@ -6,7 +6,6 @@ its defaults; its fields come first in every command's ``--help``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
@@ -50,10 +49,7 @@ def load_encoder(args: ModelArgs, path: str | None = None, quantize: str | None 
     label = quant_label(quantize, quantize_skip)
     logger.info(f"loading {path}" + (f" ({label})" if label else ""))
     enc = Encoder.load(path, dtype=args.dtype, device=args.device, quantize=quantize, quantize_skip=quantize_skip)
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    if overrides:
-        enc.config = dataclasses.replace(enc.config, **overrides)   # checked like a loaded config
-        enc._setup_tokenizer()                                      # padding side and EOS follow the pooling
+    enc.configure(**{k: v for k, v in overrides.items() if v is not None})
     logger.debug(f"{path}: {enc.family}, {args.dtype} on {args.device}, encoder {enc.config}")
     return enc
 

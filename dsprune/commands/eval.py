@@ -53,7 +53,7 @@ def run(args: Args) -> int:
     if not args.task and not args.geometry:
         raise DsPruneError("nothing to do: give --task NAME[=FOLDER] ... and/or --geometry")
     from ..encoder import config_overrides
-    config_overrides(args.encoder)               # a misspelt option fails before any model or task loads
+    over = config_overrides(args.encoder)        # a misspelt option fails before any model or task loads
     model_dir = Path(model_path(args.model))     # `smollm2` works here as anywhere a path does
     if args.out is None:                         # as mteb does: a fresh folder per run, named by model and time
         args.out = f"out/eval-{model_dir.name.removesuffix('.gguf')}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -67,7 +67,7 @@ def run(args: Args) -> int:
         if dup:
             raise DsPruneError(f"task(s) given twice: {', '.join(dup)}")
         # bad task data fails in load_tasks, before the model loads
-        doc = _evaluate(args, model_dir, weights_dir, specs, evaluate.load_tasks(specs))
+        doc = _evaluate(args, model_dir, weights_dir, specs, evaluate.load_tasks(specs), over)
         figures = {n: {"ndcg_at_10": r.get("ndcg_at_10"), "recall_at_100": r.get("recall_at_100"),
                        "main_score": r["main_score"], "main_metric": r["main_metric"]}
                    for n, r in doc["tasks"].items()}
@@ -128,11 +128,12 @@ def estimate(enc, texts: list[str], batch_size: int, seed: int = 0) -> dict:
     return {"texts": len(texts), "tokens": int(tokens), "seconds": tokens * per_token}
 
 
-def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loaded) -> dict:
-    """results.json's document: the tasks' scores, and the embedding geometry if asked."""
+def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loaded, over: dict) -> dict:
+    """results.json's document: the tasks' scores, and the embedding geometry if asked; ``over``: the checked
+    ``--encoder`` options."""
     import mteb
 
-    from ..encoder import config_overrides, overridden_fingerprint, quantized_fingerprint
+    from ..encoder import overridden_fingerprint, quantized_fingerprint
     from ..eval import evaluate, geometry
     from ..eval.mteb_model import MtebEncoder, fingerprint
 
@@ -143,7 +144,6 @@ def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loade
                            "retrieval task")
     geo_split = args.split or next((s.split for s in beir), "test")
     pairs = geometry.pairs_from_beir(geo_folder, geo_split, args.geometry_samples) if args.geometry else None
-    over = config_overrides(args.encoder)
     fp = overridden_fingerprint(quantized_fingerprint(fingerprint(weights_dir), args.quantize, args.quantize_skip),
                                 over)
     enc = load_encoder(args, str(model_dir), quantize=args.quantize, quantize_skip=args.quantize_skip,

@@ -11,6 +11,8 @@ full (non-causal) attention over the benched length, elementwise ops and norms n
 """
 from __future__ import annotations
 
+import os
+import platform
 import random
 import statistics
 import time
@@ -221,6 +223,28 @@ def speed_warning(kind: str, res: dict) -> str | None:
     if not why:
         return None
     return f"{kind} speed-up {res['speedup']:.2f}x: " + "; ".join(why) + " (rerun on a quiet machine)"
+
+
+def machine(device: str | None = None) -> dict:
+    """The processor a speed-up was measured on: int8 and float kernels gain by different factors on CPUs with and
+    without AVX-512/AMX, so a ratio means little without it."""
+    name = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    flags: list[str] = []
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                name = value.strip()
+            elif key.strip() == "flags":
+                flags = value.split()
+                break
+    out = {"cpu": name, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+           "cpu_isa": sorted(f for f in flags if f.startswith(("avx", "amx")) or f in ("fma", "f16c")),
+           "logical_cpus": os.cpu_count()}
+    if device and device.startswith("cuda") and torch.cuda.is_available():
+        out["device"] = torch.cuda.get_device_name(torch.device(device))
+    return out
 
 
 def tokenizer_difference(a: Encoder, b: Encoder) -> str | None:

@@ -338,7 +338,7 @@ def distill_hooks(args, base: Hooks) -> Hooks:
 
     def after_set_up(run) -> None:
         from ..encoder import Encoder
-        from .loop import encoder_overrides, with_overrides
+        from .loop import encoder_overrides
         a = run.args
         teacher_path = a.model if a.teacher == "self" else a.teacher
         over = encoder_overrides(a) if a.teacher == "self" else {}
@@ -348,7 +348,7 @@ def distill_hooks(args, base: Hooks) -> Hooks:
         def load_teacher():
             if not teacher:
                 enc = Encoder.load(teacher_path, dtype=a.dtype, device=run.device).eval()
-                teacher.append(with_overrides(enc, over))
+                teacher.append(enc.configure(**over))
             return teacher[0]
         for kind, ml in (("query", a.query_max_length), ("passage", a.passage_max_length)):
             texts = [getattr(i, kind) for i in run.groups if getattr(i, kind) is not None]

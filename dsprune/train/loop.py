@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from .. import formats
 from ..distributed import check_shared_folder
-from ..encoder import Encoder, EncoderConfig, config_overrides
+from ..encoder import Encoder, config_overrides
 from ..errors import DsPruneError
 from ..losses import info_nce, kl_distill
 from ..memory import peak_rss_bytes
@@ -157,18 +157,10 @@ def set_up(args: TrainArgs, hooks: Hooks, groups: list) -> Run:
 
 
 # ---- models and engine -----------------------------------------------------------------------------------
-def with_overrides(enc: Encoder, over: dict) -> Encoder:
-    """``enc`` with ``--encoder`` options over its own config."""
-    if over:
-        enc.config = EncoderConfig.from_dict({**dataclasses.asdict(enc.config), **over})
-        enc._setup_tokenizer()
-    return enc
-
-
 def load_student(args: TrainArgs, device: str, hooks: Hooks, attach_lora: bool = True) -> Encoder:
     """The model to train, exactly as every rank (and the export) builds it."""
     enc = Encoder.load(args.model, dtype="float32", device=device)  # DeepSpeed casts for bf16/fp16
-    with_overrides(enc, encoder_overrides(args))
+    enc.configure(**encoder_overrides(args))
     if hooks.prepare_model:
         hooks.prepare_model(enc)
     if args.lora and attach_lora:
