@@ -641,8 +641,9 @@ def int8_section(d: dict) -> list[str]:
                 f"in batches of {shapes['document']['batch_size']}, queries {shapes['query']['texts']} × "
                 f"{shapes['query']['length']} in batches of {shapes['query']['batch_size']}; torch "
                 f"threads: {shapes['threads']}. int8 does the same multiply-adds as float32, so the FLOP ratio bounds only the float rows. "
-                "int8's speed-up rests on the CPU's int8 instructions, and the bench does not record which CPU it "
-                "ran on: read these speed-ups as one machine's."]
+                "int8's speed-up rests on the CPU's int8 instructions, and these benches predate the CPU record "
+                "in `bench.json`: read their speed-ups as one machine's (*int8 per machine* names the CPU of each "
+                "later run)."]
     warned = [f"{label}: {w}" for label, sp in d["speed"].items() for w in sp.get("warnings", [])]
     out += ([""] + [f"- warning from the bench, {w}" for w in warned]) if warned else []
     return out + [""]
