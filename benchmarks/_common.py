@@ -83,6 +83,16 @@ def collect_recipe(recipe: Path, params: dict, out: Path, command: list[str], re
             "report": formats.read_json(out / report / "report.json", "recipe report")}
 
 
+def bench_speed(bench: dict) -> dict:
+    """A bench.json's document and query speed-ups as the results files keep them: the median of the pairs, their
+    min–max, the FLOP ratio and the benched shapes."""
+    return {k: {"speedup": bench[k]["speedup"], "min": bench[k]["speedup_pairs"]["min"],
+                "max": bench[k]["speedup_pairs"]["max"], "pairs": bench[k]["pairs"],
+                "flop_ratio": bench[k]["flop_ratio"], "flop_bound": bench[k]["flop_bound"],
+                "batch_size": bench[k]["batch_size"], "length": bench[k]["length"], "texts": bench[k]["texts"]}
+            for k in ("document", "query")}
+
+
 def tensorboard_scalars(folder: Path) -> dict:
     """Every scalar tag of a run's TensorBoard events (a folder, or one events file) -> its events (step, value,
     wall time), in step order."""

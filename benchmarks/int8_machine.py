@@ -17,8 +17,8 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (REPO, collect_recipe, keep_results, recipe_command, recipe_parser,  # noqa: E402
-                                rerender, run_recipe_command)
+from benchmarks._common import (REPO, bench_speed, collect_recipe, keep_results, recipe_command,  # noqa: E402
+                                recipe_parser, rerender, run_recipe_command)
 
 RECIPE = REPO / "recipes" / "int8-embedder.yaml"
 OUT = REPO / "out" / "recipes" / "int8-embedder"
@@ -40,10 +40,7 @@ def collect(out: Path, params: dict, command: list[str]) -> dict:
         raise SystemExit(f"{out / 'bench'}: this bench predates the machine record; remove that folder and "
                          "rerun, so the speed-up carries the CPU it was measured on")
     doc["machine"] = bench["machine"]
-    doc["speed"] = {k: {"speedup": bench[k]["speedup"], "min": bench[k]["speedup_pairs"]["min"],
-                        "max": bench[k]["speedup_pairs"]["max"], "pairs": bench[k]["pairs"],
-                        "batch_size": bench[k]["batch_size"], "length": bench[k]["length"],
-                        "texts": bench[k]["texts"]} for k in ("document", "query")}
+    doc["speed"] = bench_speed(bench)
     doc["threads"], doc["warnings"] = bench["threads"], bench.get("warnings", [])
     doc["quantize_skip"] = bench["settings"].get("quantize_skip") or []
     return doc

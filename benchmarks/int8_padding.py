@@ -26,7 +26,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO, rerender  # noqa: E402
+from benchmarks._common import REPO, bench_speed, rerender  # noqa: E402
 from dsprune import formats  # noqa: E402
 
 NAME = "int8_padding"
@@ -122,11 +122,7 @@ def measure(a, out: Path) -> dict:
     speed = {}
     for label, folder in benches.items():
         b = compare.read_bench(folder)
-        speed[label] = {k: {"speedup": b[k]["speedup"], "min": b[k]["speedup_pairs"]["min"],
-                            "max": b[k]["speedup_pairs"]["max"], "pairs": b[k]["pairs"],
-                            "flop_ratio": b[k]["flop_ratio"], "flop_bound": b[k]["flop_bound"],
-                            "batch_size": b[k]["batch_size"], "length": b[k]["length"], "texts": b[k]["texts"]}
-                        for k in ("document", "query")}
+        speed[label] = bench_speed(b)
         speed[label]["warnings"] = b.get("warnings", [])
         speed[label]["threads"] = b["threads"]
     return {"variants": {k: {"model": m, "quantize": q, "quantize_skip": list(sk),

@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 
 import pytest
@@ -22,7 +21,7 @@ import yaml
 
 from dsprune.distributed import free_port
 from dsprune.tune.trial import kill_group, on_trial_gpus
-from train_helpers import BIN, env, write_beir, write_groups
+from train_helpers import BIN, env, ray_tmp, tune_command, write_beir, write_groups
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +72,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster():
-    temp = tempfile.mkdtemp(prefix="rayc", dir="/tmp")  # short: Ray's socket paths
+    temp = ray_tmp("rayc")
     c = None
     try:
         c = Cluster(dict(env(), RAY_AUTH_MODE="disabled"), temp)
@@ -150,7 +149,7 @@ def sweep(cluster, tmp_path_factory, tiny_dirs):
     held = {lr: _hold(stage_lock(stages / _first_stage_folder(doc, {"train": {"learning_rate": lr}}, root / f"dry{i}")))
             for i, lr in enumerate(rates)}
     storage = root / "shared" / "ray"
-    tune = [str(BIN / "dsprune"), "tune", "--config", str(cfg), "--storage_path", str(storage)]
+    tune = tune_command(cfg, "--storage_path", str(storage))
     e = dict(env(), RAY_ADDRESS=cluster.address)
     worker = cluster.nodes[-1]
     with open(log, "w") as f:

@@ -6,8 +6,7 @@ import subprocess
 import pytest
 import yaml
 
-from test_tune_sweep import _ray_tmp, _tune
-from train_helpers import env, write_beir
+from train_helpers import env, ray_tmp, tune_command, write_beir
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +41,7 @@ def test_optuna_multi_objective_sweep_over_dai_knobs(tmp_path, tiny_dirs):
         ]}
     cfg = tmp_path / "sweep.yaml"
     cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
-    r = subprocess.run(_tune(cfg), env=dict(env(), DSPRUNE_RAY_TMP=_ray_tmp()),
+    r = subprocess.run(tune_command(cfg), env=dict(env(), DSPRUNE_RAY_TMP=ray_tmp()),
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     s = json.loads((tmp_path / "sweep" / "summary.json").read_text())

@@ -9,7 +9,6 @@ import fcntl
 import json
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from dsprune.recipe import STAMP, stage_lock
-from train_helpers import BIN, env, write_beir, write_groups
+from train_helpers import env, ray_tmp, tune_command, write_beir, write_groups
 
 pytestmark = pytest.mark.slow
 RATIOS = [0.1, 0.6, 0.999]
@@ -49,11 +48,6 @@ def _sweep_file(root: Path, model: Path) -> Path:
     return path
 
 
-def _ray_tmp() -> str:
-    """A short folder for Ray's session: its socket paths must stay under 107 bytes."""
-    return tempfile.mkdtemp(prefix="ray", dir="/tmp")
-
-
 def _take_built_stage_lock(stages: Path, name: str):
     """The open, exclusively locked lock file of the finished stage ``name`` (None while it is being built)."""
     built = list(stages.glob(f"{name}-*/{STAMP}"))
@@ -68,21 +62,17 @@ def _take_built_stage_lock(stages: Path, name: str):
     return f
 
 
-def _tune(cfg: Path, *extra: str) -> list[str]:
-    return [str(BIN / "dsprune"), "tune", "--config", str(cfg), *extra]
-
-
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory, tiny_dirs):
     root = tmp_path_factory.mktemp("tune")
     cfg = _sweep_file(root, tiny_dirs["llama"])
     out = root / "sweep"
-    e = dict(env(), DSPRUNE_RAY_TMP=_ray_tmp())
+    e = dict(env(), DSPRUNE_RAY_TMP=ray_tmp())
     # 1. start the sweep. Once the shared slimming stage is built, hold its stage lock: the first trial goes on
     #    to finish, every later one waits at that stage. Interrupt (SIGINT, as Ctrl-C) when the second trial
     #    has started, so the interruption finds one trial done and one not, however loaded the machine is.
     log1 = open(root / "first.log", "w")
-    proc = subprocess.Popen(_tune(cfg), env=e, stdout=log1, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(tune_command(cfg), env=e, stdout=log1, stderr=subprocess.STDOUT)
     held, t0 = None, time.time()
     try:
         while not (list(out.glob("trials/*/stages.json")) and len(list(out.glob("trials/*/config.json"))) >= 2):
@@ -101,7 +91,7 @@ def sweep(tmp_path_factory, tiny_dirs):
         log1.close()
     interrupted = json.loads((out / "summary.json").read_text())
     # 2. resume it to the end
-    r = subprocess.run(_tune(cfg, "--resume"), env=e, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(tune_command(cfg, "--resume"), env=e, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     return {"out": out, "interrupted": interrupted, "before": before, "stdout": r.stdout,
             "summary": json.loads((out / "summary.json").read_text())}

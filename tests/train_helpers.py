@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -119,3 +120,13 @@ def launch_and_kill(args: list[str], out: Path, min_step: int, timeout: int = 30
 
 def read_log(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines() if line.strip()]
+
+
+def ray_tmp(prefix: str = "ray") -> str:
+    """A short folder for a Ray session: its socket paths must stay under 107 bytes."""
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
+def tune_command(cfg: Path, *extra: str) -> list[str]:
+    """``dsprune tune --config CFG ...`` with this venv's dsprune."""
+    return [str(BIN / "dsprune"), "tune", "--config", str(cfg), *extra]

@@ -594,10 +594,9 @@ def render_int8(results: Path) -> list[str]:
     """Padding by token count and int8 inference (benchmarks/int8_padding.py)."""
     d = section_result(results / "int8_padding.json", {"title", "command", "padding", "report"},
                        "benchmarks/int8_padding.py")
-    machines = render_int8_machines(results)
-    if d is None and machines:
-        machines = ["## int8 Linear layers on CPU", "", *machines[2:]]
-    return (int8_section(d) if d is not None else []) + machines
+    if d is None:
+        return render_int8_machines(results, "## int8 Linear layers on CPU")
+    return int8_section(d) + render_int8_machines(results)
 
 
 def int8_section(d: dict) -> list[str]:

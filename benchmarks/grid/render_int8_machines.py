@@ -12,11 +12,11 @@ MADE_BY = "benchmarks/int8_machine.py"
 KEYS = {"command", "machine", "speed", "report", "threads"}
 
 
-def render_int8_machines(results: Path) -> list[str]:
+def render_int8_machines(results: Path, heading: str = "### int8 per machine") -> list[str]:
     runs = [d for p in sorted(results.glob("int8_machine_*.json")) if (d := section_result(p, KEYS, MADE_BY))]
     if not runs:
         return []
-    out = ["### int8 per machine", "",
+    out = [heading, "",
            f"`{MADE_BY}` keeps each machine's run of `recipes/int8-embedder.yaml`: the same model scored in float32 "
            "and with dynamic int8 Linear layers (those `quantize_skip` names kept float32), and `dsprune bench` of "
            "int8 against float32 in one run. nDCG@10 is the mean over the tasks, int8's in brackets as the "
