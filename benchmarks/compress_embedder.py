@@ -18,8 +18,8 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (REPO, collect_recipe, keep_results, recipe_command, recipe_parser,  # noqa: E402
-                               rerender, run_recipe_command, tensorboard_scalars)
+from benchmarks._common import (REPO, bench_speed, collect_recipe, keep_results, recipe_command,  # noqa: E402
+                               recipe_parser, rerender, run_recipe_command, tensorboard_scalars)
 from benchmarks.grid import render  # noqa: E402
 from dsprune import formats  # noqa: E402
 from dsprune.recipe import load_recipe  # noqa: E402
@@ -68,6 +68,15 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                          "distill.distill_data": ["${mine}/groups.jsonl", "${mine-fin}/groups.jsonl",
                                                   "passages=financebench/corpus.jsonl", "passages=scifact/corpus.jsonl"]},
                      "rows": {"drop + distill": "drop + distill, 1000 steps"}, "share": ("plan", "drop", "eval-drop")},
+            # a milder plan, recovered as the best 2x run was (distillation through LoRA), so that int8 Linear layers
+            # on top (the recipe's eval-int8 / bench-int8) can make up the rest of 2x on a CPU; its plan differs from
+            # the main run's, so its models are not paired with the main run's
+            "1.6x-lora": {"label": "1.6× plan, distillation through LoRA", "pair_main": False, "set": {
+                              "plan.target_speedup": 1.6, "distill.lora": True, "distill.lora_r": 32,
+                              "distill.lora_alpha": 64, "distill.freeze": None, "distill.gradient_checkpointing": True},
+                          "rows": {"drop + distill": "1.6× plan: drop + distill (LoRA)",
+                                   "drop only": "1.6× plan: drop only",
+                                   "drop + distill + int8": "1.6× plan: drop + distill (LoRA) + int8"}},
             # a variant's second seed: its ``base`` run's recipe and options, and its untrained stages; ``versus``
             # pairs its trained model with other runs' at the same seed (the comparisons its base makes at 42)
             "last-seed2": {"label": "drop-last-k, second training seed", "base": "last", "set": {"distill.seed": 43},
@@ -87,6 +96,8 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
 SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm", "bench-minilm")
 # the pair that says whether the distillation recovers anything, paired per query within one run
 RECOVERY = ("eval", "eval-drop")
+# the evaluation stages whose models a variant's ``rows`` may name, by the main run's label of each
+ROW_STAGES = (("eval", "drop + distill"), ("eval-drop", "drop only"), ("eval-int8", "drop + distill + int8"))
 
 
 def base_of(variant: str) -> str:
@@ -184,13 +195,26 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
     bench = formats.read_json(bench, "bench") if bench.is_file() else {}
     doc["bench_pairs"] = {k: bench[k]["speedup_pairs"] for k in ("document", "query")
                           if "speedup_pairs" in bench.get(k, {})}
+    doc["int8"] = int8_bench(out / "bench-int8" / "bench.json")
     doc["recovery"] = recovery(out)
-    if variant:
+    if variant and VARIANTS[variant].get("pair_main", True):
         doc["against_main"] = against_main(main or out_of(base_of(variant)), out, variant)
         if "versus" in VARIANTS[variant]:
             doc["versus"] = versus(out, variant)
     keep_version(doc, results / f"{name_of(variant)}.json")
     return keep_results(doc, out, results, name_of(variant))
+
+
+def int8_bench(path: Path) -> dict | None:
+    """How the int8 row was made and timed: the Linear layers kept float32, the threads and the machine (int8's
+    speed-up is that CPU's kernels'), and the speed-ups as the int8 results files keep them."""
+    if not path.is_file():
+        return None
+    bench = formats.read_json(path, "int8 bench")
+    if "machine" not in bench:
+        raise SystemExit(f"{path}: this bench predates the machine record; rerun the bench-int8 stage")
+    return {"quantize_skip": bench["settings"].get("quantize_skip") or [], "threads": bench["threads"],
+            "machine": bench["machine"], "speed": bench_speed(bench)}
 
 
 def variant_entry(variant: str) -> dict:
@@ -292,8 +316,8 @@ def report_rows(variant: str) -> dict:
     report = next(s for s in stages if s.name == "report").args
     own = dict(zip(report["results"], report["labels"]))
     return {own[f"${{{stage}}}"]: VARIANTS[variant]["rows"][main_label]
-            for stage, main_label in (("eval", "drop + distill"), ("eval-drop", "drop only"))
-            if main_label in VARIANTS[variant]["rows"]}
+            for stage, main_label in ROW_STAGES
+            if main_label in VARIANTS[variant]["rows"] and f"${{{stage}}}" in own}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,7 @@ def test_slim_recipe_adds_slimming_to_the_same_pipeline():
     assert by["eval-drop"].args["model"] == "${export-mask}"
     for name in ce.SHARED_STAGES:
         assert by[name].args == main_by[name].args
-    for name in ("eval", "bench", "eval-full", "eval-minilm"):
+    for name in ("eval", "bench", "eval-full", "eval-minilm", "eval-int8", "bench-int8"):
         assert by[name].args == main_by[name].args
 
 
@@ -129,6 +129,43 @@ def test_a_variant_with_its_own_recipe_joins_the_table(tmp_path):
     assert "| drop + slim + distill |" in section and "| drop + slim only |" in section
     assert "`recipes/compress-embedder-slim.yaml` (the same stages plus `slim`, `mask` and `export-mask`; its no-recovery row" in section
     assert "slims the kept MLPs by 0.5" in section
+
+
+def test_the_int8_row_is_the_distilled_model_benched_against_the_float_unpruned_model():
+    _, stages = load_recipe(ce.RECIPE)
+    by = {s.name: s for s in stages}
+    for name in ("eval-int8", "bench-int8"):
+        assert by[name].args["model"] == "${distill}/model" and by[name].args["quantize"] == "int8"
+        assert by[name].args["quantize_skip"] == ["down_proj"]
+    assert by["bench-int8"].args["baseline"] == "embeddinggemma-300m"
+    report = by["report"].args
+    assert dict(zip(report["results"], report["labels"]))["${eval-int8}"] == "drop + distill + int8"
+    assert "${bench-int8}" in report["bench"]
+
+
+def test_a_milder_plan_with_int8_joins_the_table_unpaired_with_the_main_run(tmp_path):
+    """The 1.6x variant's plan differs from the main run's, so its models are not paired with the main run's;
+    its int8 row comes with the CPU it was timed on, and a bench without that record is refused."""
+    out, results = _fake_run(tmp_path), tmp_path / "results"
+    results.mkdir()
+    ce.collect({}, out, results)
+    vout = _fake_run(tmp_path, out_name="out-mild", renamed={"eval": ("drop + distill", 0.78),
+                                                             "eval-int8": ("drop + distill + int8", 0.77)})
+    bench = {k: {"speedup": 2.1, "pairs": 3, "flop_ratio": 1.6, "flop_bound": 1.6, "batch_size": 16, "length": 256,
+                 "texts": 64, "speedup_pairs": {"median": 2.1, "min": 2.0, "max": 2.2, "ratios": [2.0, 2.1, 2.2]}}
+             for k in ("document", "query")}
+    bench.update(settings={"quantize": "int8", "quantize_skip": ["down_proj"]}, threads=2)
+    (vout / "bench-int8" / "bench.json").write_text(json.dumps(bench))
+    with pytest.raises(SystemExit, match="bench-int8.*predates the machine record"):
+        ce.collect({}, vout, results, "1.6x-lora", main=out)
+    bench["machine"] = {"cpu": "Some CPU", "cpu_capability": "AVX2", "cpu_isa": ["avx2"], "logical_cpus": 2}
+    (vout / "bench-int8" / "bench.json").write_text(json.dumps(bench))
+    vdoc = json.loads(ce.collect({}, vout, results, "1.6x-lora", main=out).read_text())
+    assert "against_main" not in vdoc and vdoc["int8"]["speed"]["document"]["speedup"] == 2.1
+    section = render.render(results, tmp_path / "RESULTS.md")
+    assert "| 1.6× plan: drop + distill (LoRA) + int8 |" in section and "| 1.6× plan: drop only |" in section
+    assert "benched against the float32 unpruned model in one run on Some CPU (torch kernels AVX2, 2 threads)" \
+        in section and "(`down_proj` kept float32)" in section
 
 
 def _with_seed(out, seed):

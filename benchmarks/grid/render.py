@@ -479,6 +479,7 @@ def render_compress(results: Path, md: Path) -> list[str]:
            f"{dist['first']['loss']:.4f} at the first step, {dist['last']['loss']:.4f} at the last.",
            "- **Confound:** the distillation text holds passages of the SciFact corpus (scifact_small's documents "
            "are a subset) and the FinanceBench corpus, unlabelled; no test query or test label."]
+    out += int8_lines(d, "- ")
     out += curve_lines(d, variants, table)
     named = {v["variant"]["name"]: v for v in variants}
     for v in variants:
@@ -492,6 +493,7 @@ def render_compress(results: Path, md: Path) -> list[str]:
         out.append(f"- **{v['variant']['label']}** (`{v['command']}`): {how}: drops "
                    f"{len(vp['attn'])} attention and {len(vp['mlp'])} MLP sub-layers {vp['mlp']}{slimmed}, FLOP "
                    f"ratio {vp['flop_ratio']:.3f}×, then {recovery_of(v, d)}.")
+        out += int8_lines(v, "  - ")
         for label, a in (v.get("against_main") or {}).items():
             out.append(f"  - {label} − {a['against']}, paired per query, mean over the tasks: "
                        f"{interval(a['mean_delta'])}"
@@ -560,6 +562,19 @@ def curve_lines(d: dict, variants: list[dict], table: dict) -> list[str]:
         length = r["distill"]["config"].get("eval_max_length")
         out.append(f"  - {name}" + (f" (at most {length} tokens)" if length else "") + ": " + ", ".join(points) + ".")
     return out
+
+
+def int8_lines(doc: dict, bullet: str) -> list[str]:
+    """How a run's int8 row was made and on which CPU it was timed: int8's speed-up is that CPU's kernels'."""
+    q = doc.get("int8")
+    if not q:
+        return []
+    m = q["machine"]
+    kept = ", ".join(f"`{x}`" for x in q["quantize_skip"])
+    return [f"{bullet}**int8** (`eval-int8`, `bench-int8`): the distilled model with dynamic int8 Linear layers"
+            + (f" ({kept} kept float32)" if kept else "") + ", benched against the float32 unpruned model in one "
+            f"run on {m['cpu']} (torch kernels {m['cpu_capability']}, {q['threads']} threads); int8's speed-up is "
+            "this CPU's (*int8 per machine*)."]
 
 
 def recovery_of(v: dict, main: dict) -> str:
