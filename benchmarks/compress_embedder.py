@@ -201,6 +201,8 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
     doc["bench_pairs"] = {k: bench[k]["speedup_pairs"] for k in ("document", "query")
                           if "speedup_pairs" in bench.get(k, {})}
     doc["int8"] = int8_bench(out / "bench-int8" / "bench.json")
+    if doc["int8"]:
+        doc["int8"]["against_float"] = paired(out / "eval", out / "eval-int8")
     doc["recovery"] = recovery(out)
     if variant and VARIANTS[variant].get("pair_main", True):
         doc["against_main"] = against_main(main or out_of(base_of(variant)), out, variant)

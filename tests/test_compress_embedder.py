@@ -150,7 +150,7 @@ def test_a_milder_plan_with_int8_joins_the_table_unpaired_with_the_main_run(tmp_
     results.mkdir()
     ce.collect({}, out, results)
     vout = _fake_run(tmp_path, out_name="out-mild", renamed={"eval": ("drop + distill", 0.78),
-                                                             "eval-int8": ("drop + distill + int8", 0.77)})
+                                                             "eval-int8": ("drop + distill + int8", 0.5)})
     bench = {k: {"speedup": 2.1, "pairs": 3, "flop_ratio": 1.6, "flop_bound": 1.6, "batch_size": 16, "length": 256,
                  "texts": 64, "speedup_pairs": {"median": 2.1, "min": 2.0, "max": 2.2, "ratios": [2.0, 2.1, 2.2]}}
              for k in ("document", "query")}
@@ -162,10 +162,13 @@ def test_a_milder_plan_with_int8_joins_the_table_unpaired_with_the_main_run(tmp_
     (vout / "bench-int8" / "bench.json").write_text(json.dumps(bench))
     vdoc = json.loads(ce.collect({}, vout, results, "1.6x-lora", main=out).read_text())
     assert "against_main" not in vdoc and vdoc["int8"]["speed"]["document"]["speedup"] == 2.1
+    cost = vdoc["int8"]["against_float"]["mean_delta"]
+    assert cost["high"] < 0      # 0.5 against 0.78
     section = render.render(results, tmp_path / "RESULTS.md")
     assert "| 1.6× plan: drop + distill (LoRA) + int8 |" in section and "| 1.6× plan: drop only |" in section
     assert "benched against the float32 unpruned model in one run on Some CPU (torch kernels AVX2, 2 threads)" \
         in section and "(`down_proj` kept float32)" in section
+    assert f"int8 − the same model in float32, paired per query, mean over the tasks: {interval(cost)}" in section
 
 
 def _with_seed(out, seed):

@@ -574,7 +574,10 @@ def int8_lines(doc: dict, bullet: str) -> list[str]:
     return [f"{bullet}**int8** (`eval-int8`, `bench-int8`): the distilled model with dynamic int8 Linear layers"
             + (f" ({kept} kept float32)" if kept else "") + ", benched against the float32 unpruned model in one "
             f"run on {m['cpu']} (torch kernels {m['cpu_capability']}, {q['threads']} threads); int8's speed-up is "
-            "this CPU's (*int8 per machine*)."]
+            "this CPU's (*int8 per machine*)."
+            + (f" int8 − the same model in float32, paired per query, mean over the tasks: {interval(d['mean_delta'])} "
+               "(nothing trained between the two: the interval is over queries)." if (d := q.get("against_float"))
+               else "")]
 
 
 def recovery_of(v: dict, main: dict) -> str:
