@@ -6,7 +6,8 @@ after retraining on the domain?
 Runs ``recipes/gaprune-embedder.yaml`` (sample → DAI statistics, per sample and as the authors' code → one
 mask per method → eval → the same LoRA retraining of every mask and of the unpruned model → eval → two
 reports) into ``out/recipes/gaprune-embedder``. About 11 hours on 2 CPU cores; finished stages are reused, so
-it can run in pieces (a retraining stage resumes from its last checkpoint). Keeps both reports (paired bootstrap
+it can run in pieces (a retraining stage resumes from its last checkpoint); ``--param 'tasks=[financebench,
+scifact_small]'`` leaves the MS MARCO subset out of every evaluation, most of their time. Keeps both reports (paired bootstrap
 intervals against the unpruned model, and against the unpruned model retrained alike), the structured mask's
 measured speed-up, each DAI run's figures, the share of each mask's keep/prune decisions that differ from
 magnitude's, the stage times and the command as ``benchmarks/results/gaprune_embedder.json``, and re-renders

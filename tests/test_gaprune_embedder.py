@@ -38,6 +38,13 @@ def test_every_method_gets_the_same_budget_evaluation_and_retraining():
     assert len(one["labels"]) == len(one["results"]) and len(re["labels"]) == len(re["results"])
 
 
+def test_the_tasks_param_scales_every_evaluation_alike():
+    from dsprune.recipe import parse_params
+    _, stages = load_recipe(ge.RECIPE, params=parse_params(["tasks=[financebench, scifact_small]"]))
+    evals = [s for s in stages if s.command == "eval"]
+    assert len(evals) == 16 and all(s.args["task"] == ["financebench", "scifact_small"] for s in evals)
+
+
 def test_dai_runs_are_the_papers_reading_and_the_authors_code():
     by = _stages()
     assert by["dai"].args["alignment"] == "eq4" and "fisher_batch" not in by["dai"].args
