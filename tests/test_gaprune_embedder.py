@@ -98,3 +98,6 @@ def test_collect_and_render(tmp_path, monkeypatch):
     assert "- `dai`: DAI as the paper writes it" in section and "6.25% of its keep/prune decisions differ" in section
     assert "**Retrained on FinanceBench train** (GAPrune Table 2)" in section
     assert "One retraining seed: no row is called better or worse" in section
+    # the fake run evaluates two tasks, as a run with the scaled `tasks` param does
+    assert "msmarco_trecdl_subset" not in doc["report"]["tasks"]
+    assert "the MS MARCO subset, a general eval, is left out (the recipe's `tasks` param)" in section

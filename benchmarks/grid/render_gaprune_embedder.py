@@ -26,9 +26,12 @@ def render_gaprune_embedder(results: Path) -> list[str]:
     out = [f"## {d['title']}", "",
            f"`{d['command']}` ({d['code_version']}; via `.venv/bin/python benchmarks/gaprune_embedder.py`, "
            f"{minutes:.0f} min of stages on 2 CPU cores). Scaled: 120 general triplets (GAPrune: 5,000), "
-           "retraining 40 LoRA steps (GAPrune: 100). SciFact train is in the general calibration set and shares "
-           "judged documents with scifact_small, so scifact_small is an in-domain check here. One retraining "
-           "seed: no row is called better or worse than another.", "",
+           "retraining 40 LoRA steps (GAPrune: 100)"
+           + ("" if "msmarco_trecdl_subset" in d["report"]["tasks"] else
+              "; the MS MARCO subset, a general eval, is left out (the recipe's `tasks` param)")
+           + ". SciFact train is in the general calibration set and shares judged documents with scifact_small, so "
+           "scifact_small is an in-domain check here. One retraining seed: no row is called better or worse than "
+           "another.", "",
            "**The masks**", ""]
     for name, m in d["masks"].items():
         diff = d["against_magnitude"].get(name)
