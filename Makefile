@@ -28,7 +28,7 @@ demo: install
 	OMP_NUM_THREADS=2 $(VENV)/bin/dsprune demo --out out/demo --overwrite
 
 test: install
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests
 
 clean:
 	rm -rf $(VENV) .cache out
