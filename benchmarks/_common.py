@@ -93,6 +93,19 @@ def bench_speed(bench: dict) -> dict:
             for k in ("document", "query")}
 
 
+def int8_bench(folder: Path) -> dict:
+    """An int8 bench folder as the results files keep it: the CPU it ran on (int8's speed-up is that CPU's
+    kernels'), the threads, the layers kept float32, the speed-ups and the bench's warnings."""
+    from dsprune import formats
+
+    bench = formats.read_json(folder / formats.BENCH, "int8 bench")
+    if "machine" not in bench:
+        raise SystemExit(f"{folder}: this bench predates the machine record; remove that folder and rerun, so the "
+                         "speed-up carries the CPU it was measured on")
+    return {"machine": bench["machine"], "speed": bench_speed(bench), "threads": bench["threads"],
+            "warnings": bench.get("warnings", []), "quantize_skip": bench["settings"].get("quantize_skip") or []}
+
+
 def tensorboard_scalars(folder: Path) -> dict:
     """Every scalar tag of a run's TensorBoard events (a folder, or one events file) -> its events (step, value,
     wall time), in step order."""

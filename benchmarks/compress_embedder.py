@@ -18,7 +18,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (REPO, bench_speed, collect_recipe, keep_results, recipe_command,  # noqa: E402
+from benchmarks._common import (REPO, collect_recipe, int8_bench, keep_results, recipe_command,  # noqa: E402
                                recipe_parser, rerender, run_recipe_command, tensorboard_scalars)
 from benchmarks.grid import render  # noqa: E402
 from dsprune import formats  # noqa: E402
@@ -200,9 +200,9 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
     bench = formats.read_json(bench, "bench") if bench.is_file() else {}
     doc["bench_pairs"] = {k: bench[k]["speedup_pairs"] for k in ("document", "query")
                           if "speedup_pairs" in bench.get(k, {})}
-    doc["int8"] = int8_bench(out / "bench-int8" / "bench.json")
-    if doc["int8"]:
-        doc["int8"]["against_float"] = paired(out / "eval", out / "eval-int8")
+    doc["int8"] = None
+    if (out / "bench-int8" / formats.BENCH).is_file():
+        doc["int8"] = {**int8_bench(out / "bench-int8"), "against_float": paired(out / "eval", out / "eval-int8")}
     doc["recovery"] = recovery(out)
     if variant and VARIANTS[variant].get("pair_main", True):
         doc["against_main"] = against_main(main or out_of(base_of(variant)), out, variant)
@@ -210,18 +210,6 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
             doc["versus"] = versus(out, variant)
     keep_version(doc, results / f"{name_of(variant)}.json")
     return keep_results(doc, out, results, name_of(variant))
-
-
-def int8_bench(path: Path) -> dict | None:
-    """How the int8 row was made and timed: the Linear layers kept float32, the threads and the machine (int8's
-    speed-up is that CPU's kernels'), and the speed-ups as the int8 results files keep them."""
-    if not path.is_file():
-        return None
-    bench = formats.read_json(path, "int8 bench")
-    if "machine" not in bench:
-        raise SystemExit(f"{path}: this bench predates the machine record; rerun the bench-int8 stage")
-    return {"quantize_skip": bench["settings"].get("quantize_skip") or [], "threads": bench["threads"],
-            "machine": bench["machine"], "speed": bench_speed(bench)}
 
 
 def variant_entry(variant: str) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (REPO, bench_speed, collect_recipe, keep_results, recipe_command,  # noqa: E402
+from benchmarks._common import (REPO, collect_recipe, int8_bench, keep_results, recipe_command,  # noqa: E402
                                 recipe_parser, rerender, run_recipe_command)
 
 RECIPE = REPO / "recipes" / "int8-embedder.yaml"
@@ -32,18 +32,7 @@ def machine_slug(machine: dict) -> str:
 
 def collect(out: Path, params: dict, command: list[str]) -> dict:
     """The finished recipe run as a results document, with the bench's machine and its pairs' spread."""
-    from dsprune import formats
-
-    doc = collect_recipe(RECIPE, params, out, command, rerun=" ".join(command))
-    bench = formats.read_json(out / "bench" / formats.BENCH, "int8 bench")
-    if "machine" not in bench:
-        raise SystemExit(f"{out / 'bench'}: this bench predates the machine record; remove that folder and "
-                         "rerun, so the speed-up carries the CPU it was measured on")
-    doc["machine"] = bench["machine"]
-    doc["speed"] = bench_speed(bench)
-    doc["threads"], doc["warnings"] = bench["threads"], bench.get("warnings", [])
-    doc["quantize_skip"] = bench["settings"].get("quantize_skip") or []
-    return doc
+    return {**collect_recipe(RECIPE, params, out, command, rerun=" ".join(command)), **int8_bench(out / "bench")}
 
 
 def main(argv: list[str] | None = None) -> int:
