@@ -1,7 +1,5 @@
 """A pruned export is really smaller, loads without dsprune, and embeds exactly like the in-memory model."""
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -42,31 +40,25 @@ def test_export_round_trip(family, tmp_path, texts):
     assert not any(f"{spec.layers}.2.{part}." in k for k in keys for part in spec.mlp_parts)
 
 
-FRESH = r"""
-import sys, json, torch
-from transformers import AutoModel, AutoTokenizer
-from sentence_transformers import SentenceTransformer
-path = sys.argv[1]
-m = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
-tok = AutoTokenizer.from_pretrained(path)
-st = SentenceTransformer(path, trust_remote_code=True, device="cpu")
-emb = st.encode(json.loads(sys.argv[2]), convert_to_tensor=True)
-assert not any(k.startswith("dsprune") for k in sys.modules), "dsprune was imported"
-print("RESULT " + json.dumps({"n_params": sum(p.numel() for p in m.parameters()), "emb": emb.tolist()}))
-"""
+@pytest.fixture(scope="module")
+def fresh_exports(tmp_path_factory):
+    """family -> (in-memory pruned encoder, what a fresh process without dsprune loaded from its export)."""
+    from conftest import TEXTS
+    from fresh_process import load_fresh
+
+    root = tmp_path_factory.mktemp("fresh")
+    encs = {f: _pruned(f) for f in ("llama", "gemma3_text", "olmo2", "bert")}
+    outs = {f: export(enc, root / f) for f, enc in encs.items()}
+    seen = load_fresh(list(outs.values()), list(TEXTS), root)
+    return {f: (encs[f], seen[outs[f]]) for f in encs}
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3_text", "olmo2", "bert"])
-def test_fresh_process_loads_export_without_dsprune(family, tmp_path, texts):
-    enc = _pruned(family)
+def test_fresh_process_loads_export_without_dsprune(family, fresh_exports, texts):
+    enc, seen = fresh_exports[family]
     ref = enc.encode(texts, show_progress=False)
-    out = export(enc, tmp_path / "exp")
-    r = subprocess.run([sys.executable, "-c", FRESH, str(out), json.dumps(texts)], capture_output=True,
-                       text=True, cwd=tmp_path, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    res = json.loads(r.stdout.split("RESULT ")[-1].strip())
-    assert res["n_params"] == sum(p.numel() for p in enc.model.parameters())
-    got = torch.tensor(res["emb"])
+    assert seen["n_params"] == sum(p.numel() for p in enc.model.parameters())
+    got = torch.tensor(seen["plain"])
     assert ((got - ref).norm() / ref.norm()) <= 1e-5
 
 

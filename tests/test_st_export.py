@@ -2,8 +2,6 @@
 weights and all named prompts, loading in a fresh process without dsprune and embedding like the pruned
 Encoder in memory."""
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -13,37 +11,18 @@ from dsprune.encoder import Encoder
 from dsprune.surgery.mask import apply_mask, target_weights
 from dsprune.surgery.prune import drop_sublayers, export, slice_neurons
 
+from conftest import TEXTS
+from fresh_process import load_fresh
 from test_st_load import PROMPTS, st_model
 
-FRESH = r"""
-import sys, json
-from sentence_transformers import SentenceTransformer
-st = SentenceTransformer(sys.argv[1], trust_remote_code=True, device="cpu")
-texts = json.loads(sys.argv[2])
-out = {"prompts": st.prompts, "max_seq_length": st.max_seq_length,
-       "modules": [type(m).__name__ for m in st],
-       "query": st.encode(texts, prompt_name="query").tolist(),
-       "document": st.encode(texts, prompt_name="document").tolist()}
-assert not any(k.startswith("dsprune") for k in sys.modules), "dsprune was imported"
-print("RESULT " + json.dumps(out))
-"""
-
-
-def fresh(path, texts, tmp_path) -> dict:
-    r = subprocess.run([sys.executable, "-c", FRESH, str(path), json.dumps(texts)], capture_output=True, text=True,
-                       cwd=tmp_path, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.split("RESULT ")[-1].strip())
-
-
-def assert_same_as_fresh(enc, out, texts, tmp_path):
-    got = fresh(out, texts, tmp_path)
-    assert got["prompts"] == PROMPTS
-    assert got["max_seq_length"] == enc.config.max_length
-    assert got["modules"] == ["Transformer", "Pooling", "Dense", "Dense", "Normalize"]
+def assert_same_as_fresh(enc, seen, texts):
+    """``seen``: what a fresh process without dsprune loaded from ``enc``'s export (fresh_process.load_fresh)."""
+    assert seen["prompts"] == PROMPTS
+    assert seen["max_seq_length"] == enc.config.max_length
+    assert seen["modules"] == ["Transformer", "Pooling", "Dense", "Dense", "Normalize"]
     for kind, name in (("query", "query"), ("passage", "document")):
         ref = enc.encode(texts, kind, show_progress=False)
-        assert (torch.tensor(got[name]) - ref).abs().max() <= 1e-5
+        assert (torch.tensor(seen[name]) - ref).abs().max() <= 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -68,13 +47,26 @@ def _mask(enc):
     apply_mask(enc, masks, "unstructured")
 
 
-@pytest.mark.parametrize("family, edit", [("llama", _drop), ("llama", _prune), ("llama", _mask),
-                                          ("gemma3_bidir", _drop)])
-def test_export_is_a_sentence_transformers_model(st_dirs, family, edit, tmp_path, texts):
-    enc = Encoder.load(st_dirs[family])
-    edit(enc)
-    out = export(enc, tmp_path / "exp")
-    assert_same_as_fresh(enc, out, texts, tmp_path)
+EDITS = [("llama", _drop), ("llama", _prune), ("llama", _mask), ("gemma3_bidir", _drop)]
+
+
+@pytest.fixture(scope="module")
+def edited(st_dirs, tmp_path_factory):
+    """(family, edit) -> (edited Encoder, its export folder, what a fresh process loaded from that folder)."""
+    root = tmp_path_factory.mktemp("edited")
+    done = {}
+    for family, edit in EDITS:
+        enc = Encoder.load(st_dirs[family])
+        edit(enc)
+        done[family, edit.__name__] = enc, export(enc, root / f"{family}{edit.__name__}")
+    seen = load_fresh([out for _, out in done.values()], list(TEXTS), root)
+    return {k: (enc, out, seen[out]) for k, (enc, out) in done.items()}
+
+
+@pytest.mark.parametrize("family, edit", EDITS)
+def test_export_is_a_sentence_transformers_model(edited, family, edit, texts):
+    enc, out, seen = edited[family, edit.__name__]
+    assert_same_as_fresh(enc, seen, texts)
     back = Encoder.load(out)
     assert back.config == enc.config
     assert torch.allclose(back.encode(texts, show_progress=False), enc.encode(texts, show_progress=False), atol=1e-5)
@@ -101,7 +93,9 @@ def test_commands_on_a_sentence_transformers_model(st_dirs, tmp_path, texts):
     assert main(["mask", "--gates", str(tmp_path / "gates.safetensors"), "--ratio", "0.3",
                  "--out", str(tmp_path / "gm")]) == 0
     assert main(["export", "--model", model, "--mask", str(tmp_path / "gm"), "--out", str(tmp_path / "ge")]) == 0
-    for out in ("d", "e", "ge"):
-        enc = Encoder.load(tmp_path / out)
+    outs = [tmp_path / out for out in ("d", "e", "ge")]
+    seen = load_fresh(outs, texts, tmp_path)
+    for out in outs:
+        enc = Encoder.load(out)
         assert enc.embedding_dim == 48 and enc.config.prompts == Encoder.load(model).config.prompts
-        assert_same_as_fresh(enc, tmp_path / out, texts, tmp_path)
+        assert_same_as_fresh(enc, seen[out], texts)
