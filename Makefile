@@ -9,7 +9,6 @@ export DS_ACCELERATOR ?= cpu
 export RAY_AUTH_MODE ?= disabled
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
-export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 # test workers (pytest-xdist); each module runs whole on one worker, so its shared launcher run stays shared
 TEST_WORKERS ?= 2
 

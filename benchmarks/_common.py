@@ -18,8 +18,7 @@ BIN = Path(sys.executable).parent
 def launch_env(**overrides: str) -> dict:
     """The environment every launched stage gets: CPU DeepSpeed, one thread per rank, no hub, this checkout."""
     env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO),
-               TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions")))
+               TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
     env.update(overrides)
     return env
 

@@ -376,7 +376,8 @@ def test_smoke_dense_row_on_tiny_model(tiny_dirs, tmp_path, monkeypatch):
     """One real row: link the dense model, run its recipe (dsprune eval), write the JSON, render; rerun skips."""
     for k in ("OMP_NUM_THREADS", "DS_ACCELERATOR", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "PYTHONPATH",
               "TORCH_EXTENSIONS_DIR"):
-        monkeypatch.setenv(k, os.environ.get(k, ""))
+        if k in os.environ:
+            monkeypatch.setenv(k, os.environ[k])
     beir = write_beir(tmp_path / "beir")
     tiny = str(tiny_dirs["llama"])
     argv = ["--rows", "dense", "--dense", tiny, "--model", tiny, "--tasks", f"tiny={beir}",

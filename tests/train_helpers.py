@@ -61,7 +61,6 @@ def write_beir(folder: Path, split: str = "test") -> Path:
 def env(extra: dict | None = None) -> dict:
     e = dict(os.environ)
     e.update(OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-             TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions")),
              PYTHONPATH=str(REPO))
     e.update(extra or {})
     return e
