@@ -1,5 +1,5 @@
-"""Prune-then-retrain: an unstructured mask from `dsprune prune` stays fixed through DeepSpeed training
-(ZeRO-3 full-parameter, ZeRO-2 LoRA) and survives the LoRA merge into the export."""
+"""Prune-then-retrain: an unstructured mask from `dsprune prune` (MLP and attention projections) stays fixed
+through DeepSpeed training (ZeRO-3 full-parameter, ZeRO-2 LoRA) and survives the LoRA merge into the export."""
 import json
 
 import pytest
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def setup(tmp_path_factory, tiny_dirs):
     root = tmp_path_factory.mktemp("retrain")
     model = tiny_dirs["llama"]
-    assert main(["prune", "--model", str(model), "--method", "magnitude", "--sparsity", "0.5",
+    assert main(["prune", "--model", str(model), "--method", "magnitude", "--sparsity", "0.5", "--attention",
                  "--out", str(root / "mask")]) == 0
     data = write_groups(root / "groups.jsonl", n=32, scores=False)
     cfg = root / "base.yaml"
@@ -32,8 +32,10 @@ def _check(out, model, mask_dir, moved_somewhere=True):
     before = dict(Encoder.load(model).backbone.named_parameters())
     after = dict(Encoder.load(out / "model").backbone.named_parameters())
     moved = False
+    assert any("self_attn" in n for n in tensors) and any("mlp" in n for n in tensors)
     for n, m in tensors.items():
         assert (after[n][~m] == 0).all(), f"{n}: masked weights came back during retraining"
+        assert (after[n][m] != 0).all(), f"{n}: a kept weight became zero"
         moved |= not torch.allclose(after[n][m], before[n][m])
     assert moved == moved_somewhere  # training changed the kept weights
     man = formats.read_manifest(out / "model")
