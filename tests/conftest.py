@@ -29,9 +29,10 @@ def texts():
 # Modules that start DeepSpeed, Ray or many stage processes, longest first. Under pytest-xdist (`make test` runs
 # `-n 2 --dist loadfile --no-loadscope-reorder`) a module runs whole on one worker; starting the long ones first
 # keeps one worker from running the longest module alone at the end.
-LONGEST_FIRST = ["test_tune_sweep", "test_train_launcher", "test_recipe", "test_distill_launcher", "test_ray_cluster",
-                 "test_tune_optuna", "test_multinode", "test_st_export", "test_slim_launcher", "test_gaprune_retrain",
-                 "test_export", "test_quantize", "test_grad_cache", "test_gaprune_zero3"]
+LONGEST_FIRST = ["test_tune_sweep", "test_multinode", "test_train_launcher", "test_tune_optuna",
+                 "test_distill_launcher", "test_ray_cluster", "test_recipe", "test_gaprune_retrain", "test_quantize",
+                 "test_slim_launcher", "test_gaprune_zero3", "test_st_export", "test_grad_cache", "test_export",
+                 "test_reproduce", "test_demo", "test_logging"]
 
 
 def pytest_collection_modifyitems(config, items):
