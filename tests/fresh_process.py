@@ -8,12 +8,13 @@ from pathlib import Path
 
 SCRIPT = r"""
 import sys, json
-from transformers import AutoModel
+from transformers import AutoModel, AutoTokenizer
 from sentence_transformers import SentenceTransformer
 paths, texts = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 out = []
 for path in paths:
     m = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
+    AutoTokenizer.from_pretrained(path)
     st = SentenceTransformer(path, trust_remote_code=True, device="cpu")
     got = {"n_params": sum(p.numel() for p in m.parameters()), "prompts": st.prompts,
            "max_seq_length": st.max_seq_length, "modules": [type(x).__name__ for x in st],

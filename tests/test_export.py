@@ -10,6 +10,11 @@ from dsprune.encoder import Encoder
 from dsprune.surgery.prune import drop_sublayers, export, slice_neurons
 from dsprune.tiny import FAMILIES, tiny_encoder
 
+from conftest import TEXTS
+from fresh_process import load_fresh
+
+FRESH_FAMILIES = ["llama", "gemma3_text", "olmo2", "bert"]
+
 
 def _pruned(family):
     enc = tiny_encoder(family)
@@ -43,17 +48,14 @@ def test_export_round_trip(family, tmp_path, texts):
 @pytest.fixture(scope="module")
 def fresh_exports(tmp_path_factory):
     """family -> (in-memory pruned encoder, what a fresh process without dsprune loaded from its export)."""
-    from conftest import TEXTS
-    from fresh_process import load_fresh
-
     root = tmp_path_factory.mktemp("fresh")
-    encs = {f: _pruned(f) for f in ("llama", "gemma3_text", "olmo2", "bert")}
+    encs = {f: _pruned(f) for f in FRESH_FAMILIES}
     outs = {f: export(enc, root / f) for f, enc in encs.items()}
     seen = load_fresh(list(outs.values()), list(TEXTS), root)
     return {f: (encs[f], seen[outs[f]]) for f in encs}
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma3_text", "olmo2", "bert"])
+@pytest.mark.parametrize("family", FRESH_FAMILIES)
 def test_fresh_process_loads_export_without_dsprune(family, fresh_exports, texts):
     enc, seen = fresh_exports[family]
     ref = enc.encode(texts, show_progress=False)

@@ -376,8 +376,10 @@ def test_smoke_dense_row_on_tiny_model(tiny_dirs, tmp_path, monkeypatch):
     """One real row: link the dense model, run its recipe (dsprune eval), write the JSON, render; rerun skips."""
     for k in ("OMP_NUM_THREADS", "DS_ACCELERATOR", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "PYTHONPATH",
               "TORCH_EXTENSIONS_DIR"):
-        if k in os.environ:
+        if k in os.environ:   # recorded either way, so the test leaves the environment as it found it
             monkeypatch.setenv(k, os.environ[k])
+        else:
+            monkeypatch.delenv(k, raising=False)
     beir = write_beir(tmp_path / "beir")
     tiny = str(tiny_dirs["llama"])
     argv = ["--rows", "dense", "--dense", tiny, "--model", tiny, "--tasks", f"tiny={beir}",
