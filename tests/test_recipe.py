@@ -1,5 +1,6 @@
 """Recipes run stage by stage and reuse a stage only when its inputs are unchanged."""
 import json
+import shutil
 
 import pytest
 
@@ -22,13 +23,31 @@ stages:
     return p
 
 
-def test_run_resume_and_rerun_on_change(tiny_dirs, tmp_path, texts):
-    calib = tmp_path / "c.txt"
-    calib.write_text("\n".join(texts))
-    r1 = run_recipe(_recipe(tmp_path, tiny_dirs["llama"], calib, 1))
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_dirs):
+    """One run of the score -> drop recipe (drop_mlp 1); a test that changes it works on a copy."""
+    from conftest import TEXTS
+
+    root = tmp_path_factory.mktemp("recipe")
+    calib = root / "c.txt"
+    calib.write_text("\n".join(TEXTS))
+    recipe = _recipe(root, tiny_dirs["llama"], calib, 1)
+    return {"root": root, "calib": calib, "recipe": recipe, "report": run_recipe(recipe)}
+
+
+def _copy(finished, tmp_path, stages=("score", "drop")):
+    """The finished run's ``stages`` copied into ``tmp_path/out``: the recipe there reads the same inputs."""
+    for name in stages:
+        shutil.copytree(finished["root"] / "out" / name, tmp_path / "out" / name)
+    return finished["calib"]
+
+
+def test_run_resume_and_rerun_on_change(tiny_dirs, tmp_path, finished):
+    r1 = finished["report"]
     assert [v["status"] for v in r1.values()] == ["ran", "ran"]
-    man = json.loads((tmp_path / "out" / "drop" / "manifest.json").read_text())
+    man = json.loads((finished["root"] / "out" / "drop" / "manifest.json").read_text())
     assert len(man["structure"]["drop_mlp"]) == 1
+    calib = _copy(finished, tmp_path)
     r2 = run_recipe(_recipe(tmp_path, tiny_dirs["llama"], calib, 1))
     assert [v["status"] for v in r2.values()] == ["reused", "reused"]
     r3 = run_recipe(_recipe(tmp_path, tiny_dirs["llama"], calib, 2))
@@ -51,9 +70,8 @@ def test_bad_recipes(tmp_path, body, msg):
         load_recipe(p)
 
 
-def test_failed_stage_keeps_finished_ones(tiny_dirs, tmp_path, texts):
-    calib = tmp_path / "c.txt"
-    calib.write_text("\n".join(texts))
+def test_failed_stage_keeps_finished_ones(tiny_dirs, tmp_path, finished):
+    calib = _copy(finished, tmp_path, ["score"])
     with pytest.raises(DsPruneError, match="stage 'drop' failed"):
         run_recipe(_recipe(tmp_path, tiny_dirs["llama"], calib, 99))
     assert (tmp_path / "out" / "score" / "stage.json").is_file()
@@ -142,10 +160,9 @@ def test_train_stage_resumes_only_its_own_interrupted_run(tmp_path):
     assert "--resume" not in changed and "--overwrite" in changed
 
 
-def test_set_changes_one_stage_option_for_a_run(tiny_dirs, tmp_path, texts, capsys):
+def test_set_changes_one_stage_option_for_a_run(tiny_dirs, tmp_path, finished, capsys):
     from dsprune.cli import main
-    calib = tmp_path / "c.txt"
-    calib.write_text("\n".join(texts))
+    calib = _copy(finished, tmp_path)
     r = str(_recipe(tmp_path, tiny_dirs["llama"], calib, 1))
     assert main(["run", r, "--set", "drop.drop_mlp=2"]) == 0
     man = json.loads((tmp_path / "out" / "drop" / "manifest.json").read_text())
@@ -157,29 +174,25 @@ def test_set_changes_one_stage_option_for_a_run(tiny_dirs, tmp_path, texts, caps
         assert msg.split(".*")[0] in capsys.readouterr().err
 
 
-def test_a_finished_run_copied_elsewhere_is_reused_there(tiny_dirs, tmp_path, texts):
-    import shutil
-    calib = tmp_path / "c.txt"
-    calib.write_text("\n".join(texts))
-    recipe = _recipe(tmp_path, tiny_dirs["llama"], calib, 1)
-    first = run_recipe(recipe)
-    shutil.copytree(tmp_path / "out", tmp_path / "moved")
-    moved = run_recipe(recipe, out=str(tmp_path / "moved"))
+def test_a_finished_run_copied_elsewhere_is_reused_there(tmp_path, finished):
+    first = finished["report"]
+    shutil.copytree(finished["root"] / "out", tmp_path / "moved")
+    moved = run_recipe(finished["recipe"], out=str(tmp_path / "moved"))
     assert [v["status"] for v in moved.values()] == ["reused", "reused"]
     assert moved["drop"]["fingerprint"] == first["drop"]["fingerprint"]
     assert moved["drop"]["folder"] == str(tmp_path / "moved" / "drop")
 
 
-def test_stamps_of_the_older_fingerprint_are_reused_and_upgraded(tiny_dirs, tmp_path, texts):
+def test_stamps_of_the_older_fingerprint_are_reused_and_upgraded(tiny_dirs, tmp_path, finished):
     import hashlib
-    calib = tmp_path / "c.txt"
-    calib.write_text("\n".join(texts))
+    calib = _copy(finished, tmp_path)
     recipe = _recipe(tmp_path, tiny_dirs["llama"], calib, 1)
-    first = run_recipe(recipe)
+    first = finished["report"]
     old = {}   # the older fingerprint: resolved folder paths in the arguments, upstream by older fingerprints
     for name, up in (("score", []), ("drop", ["score"])):
         stamp = tmp_path / "out" / name / "stage.json"
-        doc = json.loads(stamp.read_text())
+        # as if the older code had run here: its arguments name this run's folders
+        doc = json.loads(stamp.read_text().replace(str(finished["root"] / "out"), str(tmp_path / "out")))
         blob = json.dumps({"command": doc["command"], "launcher": None, "num_gpus": 1, "args": doc["args"],
                            "upstream": sorted(old[u] for u in up)}, sort_keys=True)
         old[name] = doc["fingerprint"] = hashlib.sha256(blob.encode()).hexdigest()[:16]
