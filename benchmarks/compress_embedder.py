@@ -138,10 +138,12 @@ def command(params: dict, variant: str = "") -> list[str]:
 
 def share_finished_stages(variant: str) -> None:
     """Hard-link the finished stages that the variant would compute identically, from the main run and
-    from its base run (the recipe then finds their stamps and reuses them)."""
+    from its base run (the recipe then finds their stamps and reuses them). The main run's stages come from the
+    base run when the main run's folder is gone: a base computed them with the same inputs."""
     import shutil
-    for name, src in ([(n, OUT / n) for n in SHARED_STAGES]
-                      + [(n, out_of(base_of(variant)) / n) for n in VARIANTS[variant].get("share", ())]):
+    base = out_of(base_of(variant))
+    for name, src in ([(n, OUT / n if (OUT / n / "stage.json").is_file() else base / n) for n in SHARED_STAGES]
+                      + [(n, base / n) for n in VARIANTS[variant].get("share", ())]):
         dst = out_of(variant) / name
         if (src / "stage.json").is_file() and not dst.exists():
             dst.parent.mkdir(parents=True, exist_ok=True)

@@ -250,6 +250,14 @@ def test_a_variants_second_seed_reuses_its_base_runs_untrained_stages(tmp_path, 
     assert json.loads((new / "score" / "stage.json").read_text())["fingerprint"] == "compress-embedder-score"
     assert " ".join(ce.command({}, "slim-seed2")).startswith(
         "dsprune run --recipe recipes/compress-embedder-slim.yaml --set distill.seed=43 --out")
+    # the main run's folder gone: its stages come from the base run, which computed them from the same inputs
+    import shutil
+    shutil.rmtree(ce.OUT)
+    shutil.rmtree(new)
+    ce.share_finished_stages("slim-seed2")
+    assert json.loads((new / "score" / "stage.json").read_text())["fingerprint"] == "compress-embedder-slim-score"
+    assert json.loads((new / "eval-full" / "stage.json").read_text())["fingerprint"] == \
+        "compress-embedder-slim-eval-full"
 
 
 def test_the_same_comparison_at_two_seeds_gives_a_verdict(tmp_path, monkeypatch):
