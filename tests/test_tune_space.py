@@ -154,3 +154,26 @@ def test_cli_refuses_a_bad_sweep_before_ray_starts(tmp_path, capsys):
     assert main(["tune", "--config", str(cfg)]) == 2
     assert "space.slim.ratio.uniform: empty range [0.5, 0.2]" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_best_and_front_come_from_feasible_trials_only(tmp_path):
+    """An infeasible trial that scores higher is neither best nor on the front, but keeps its row in the table."""
+    from dsprune.tune.sweep import summarise
+
+    args = _args(out=str(tmp_path / "sweep"), space={"slim.ratio": {"grid": [0.1, 0.6, 0.999]}},
+                 constraints={"param_ratio": {"min": 1.1}})
+    sweep = build(args)
+    rows = [{"trial": "a", "slim.ratio": 0.1, "status": "done", "ndcg_at_10": 0.5, "param_ratio": 1.05,
+             "model": "ma"},
+            {"trial": "b", "slim.ratio": 0.6, "status": "done", "ndcg_at_10": 0.4, "param_ratio": 1.4,
+             "model": "mb"},
+            {"trial": "c", "slim.ratio": 0.999, "status": "error", "error": "error: would remove every neuron"}]
+    for r in rows[:2]:
+        r.update(sweep.judge(r))
+    s = summarise(rows, sweep, args)
+    assert [r["feasible"] for r in rows[:2]] == [False, True]
+    assert s["best"]["trial"] == "b" and s["best_model"] == "mb" and s["front"] == ["b"]
+    table = (tmp_path / "sweep" / "trials.md").read_text()
+    assert "| b **best** |" in table and "| a |" in table and "- c: error: would remove every neuron" in table
+    assert "param_ratio >= 1.1" in table and "Best feasible trial: b -> mb" in table
+    assert (tmp_path / "sweep" / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,9 +1,10 @@
 """A real Ray Tune sweep on a tiny model: self-slimming under the DeepSpeed launcher (2 CPU ranks), then
 mask -> export -> eval (mteb) -> bench per trial; interrupted after its first trial and resumed.
 
-One sweep for the module (grid over the slimming ratio, 3 trials, one of which must fail): the slimming
-stage is shared by every trial through the stage cache, ASHA sees the in-training eval reports, and a
-constraint on the parameter ratio makes one finished trial infeasible.
+One sweep for the module (grid over the slimming ratio, 2 trials, the second of which must fail): the slimming
+stage is shared by both trials through the stage cache, ASHA sees the in-training eval reports, and the finished
+trial meets a constraint on the parameter ratio its bench measured. That an infeasible trial is never best is
+test_tune_space's (on rows, without a sweep).
 """
 import fcntl
 import json
@@ -19,7 +20,7 @@ from dsprune.recipe import STAMP, stage_lock
 from train_helpers import env, ray_tmp, tune_command, write_beir, write_groups
 
 pytestmark = pytest.mark.slow
-RATIOS = [0.1, 0.6, 0.999]
+RATIOS = [0.6, 0.999]
 
 
 def _sweep_file(root: Path, model: Path) -> Path:
@@ -118,16 +119,13 @@ def test_interrupted_sweep_resumes_without_redoing_finished_work(sweep):
 def test_table_constraint_best_and_failed_trial(sweep):
     s = sweep["summary"]
     rows = _by_ratio(s)
-    assert [rows[r]["status"] for r in RATIOS] == ["done", "done", "error"]
+    assert [rows[r]["status"] for r in RATIOS] == ["done", "error"]
     assert "would remove every neuron" in rows[0.999]["error"]  # the stage's own error line, not a traceback
-    # param_ratio grows with the slimming ratio; the constraint (>= 1.1) rules out the mildest trial only
-    assert rows[0.1]["param_ratio"] < 1.1 < rows[0.6]["param_ratio"]
-    assert [rows[r]["feasible"] for r in RATIOS[:2]] == [False, True]
-    # the best trial is the feasible one, though the infeasible one may score higher
+    # the constraint (>= 1.1) holds on the parameter ratio the trial's bench measured
+    assert rows[0.6]["param_ratio"] > 1.1 and rows[0.6]["feasible"]
     best = next(r for r in s["trials"] if r["trial"] == s["best"]["trial"])
-    assert best["feasible"] and best["trial"] == rows[0.6]["trial"]
+    assert best["trial"] == rows[0.6]["trial"] and s["front"] == [best["trial"]]
     assert Path(s["best_model"]).is_dir() and (Path(s["best_model"]) / "config.json").is_file()
-    assert best["trial"] in s["front"] and rows[0.1]["trial"] not in s["front"]
     table = (sweep["out"] / "trials.md").read_text()
     assert f"{best['trial']} **best**" in table and "Failed trials:" in table and "param_ratio >= 1.1" in table
     assert (sweep["out"] / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
