@@ -314,6 +314,36 @@ def test_two_variants_paired_at_each_seed_give_their_own_verdict(tmp_path, monke
                                                                                        tmp_path / "RESULTS.md")
 
 
+def test_a_longer_run_over_more_text_names_that_text_and_pairs_with_its_shorter_run(tmp_path, monkeypatch):
+    seeds = {"": 42, "1.6x-lora": 42, "1.6x-lora-long": 42}
+    results = _runs(tmp_path, monkeypatch, {"": (0.6, 0.2), "1.6x-lora": (0.7, 0.3), "1.6x-lora-long": (0.75, 0.3)},
+                    seeds)
+    for run, extra in (("", []), ("1.6x-lora", []), ("1.6x-lora-long", ["passages=msmarco_trecdl_subset/corpus.jsonl"])):
+        manifest = ce.out_of(run) / "distill" / "manifest.json"
+        m = json.loads(manifest.read_text())
+        m["config"]["distill_data"] = [f"out/recipes/{ce.out_of(run).name}/mine/groups.jsonl",
+                                       "passages=financebench/corpus.jsonl", *extra]
+        manifest.write_text(json.dumps(m))
+    ce.collect({}, ce.OUT, results)
+    ce.collect({}, ce.out_of("1.6x-lora"), results, "1.6x-lora")
+    doc = json.loads(ce.collect({}, ce.out_of("1.6x-lora-long"), results, "1.6x-lora-long").read_text())
+    assert "against_main" not in doc and list(doc["versus"]) == ["1.6x-lora"]  # another plan than the main run's
+    text = render.render(results, tmp_path / "RESULTS.md")
+    assert "then the distillation on more text (4 steps, seed 42)" in text
+    assert "  - **Confound:** its distillation text adds passages=msmarco_trecdl_subset/corpus.jsonl, unlabelled;" \
+        in text
+    assert text.count("**Confound:**") == 2  # the main run's, and the one run whose text differs from it
+    assert "  - 1.6× plan: drop + distill (LoRA), 600 steps − 1.6× plan: drop + distill (LoRA) (each at the same " \
+           "seed, paired per query, mean over the tasks): seed 42: " in text
+    # its untrained stages come from the shorter run, not from the main run of another plan
+    for run in (ce.OUT, ce.out_of("1.6x-lora")):
+        (run / "plan" / "stage.json").write_text(json.dumps({"fingerprint": run.name}))
+    shutil.rmtree(ce.out_of("1.6x-lora-long"))
+    ce.share_finished_stages("1.6x-lora-long")
+    assert json.loads((ce.out_of("1.6x-lora-long") / "plan" / "stage.json").read_text())["fingerprint"] == \
+        "compress-embedder-1.6x-lora"
+
+
 def test_infonce_recovery_is_a_train_stage_the_launcher_accepts(tmp_path):
     """The InfoNCE variant turns the recipe's recovery stage into LoRA InfoNCE training on the same labelled groups,
     with no teacher: checked by the launcher's own argument parser."""

@@ -493,6 +493,11 @@ def render_compress(results: Path, md: Path) -> list[str]:
         out.append(f"- **{v['variant']['label']}** (`{v['command']}`): {how}: drops "
                    f"{len(vp['attn'])} attention and {len(vp['mlp'])} MLP sub-layers {vp['mlp']}{slimmed}, FLOP "
                    f"ratio {vp['flop_ratio']:.3f}×, then {recovery_of(v, d)}.")
+        added = [x for x in text_sources(v) if x not in text_sources(d)]
+        if added:
+            out.append(f"  - **Confound:** its distillation text adds {', '.join(added)}, unlabelled; where one is a "
+                       "corpus the tables evaluate on, the student has seen its documents, never its test queries or "
+                       "labels.")
         out += int8_lines(v, "  - ")
         for label, a in (v.get("against_main") or {}).items():
             out.append(f"  - {label} − {a['against']}, paired per query, mean over the tasks: "
@@ -586,11 +591,20 @@ def recovery_of(v: dict, main: dict) -> str:
     lora = trained_params(cfg)
     if (cfg.get("mode") or "distill") == (main_cfg.get("mode") or "distill"):
         how = "" if lora == trained_params(main_cfg) else f" through {lora} instead of {trained_params(main_cfg)}"
-        return f"the same distillation{how} ({dist['steps']} steps, seed {cfg.get('seed')})"
+        what = "the same distillation" if text_sources(v) == text_sources(main) else "the distillation on more text"
+        return f"{what}{how} ({dist['steps']} steps, seed {cfg.get('seed')})"
     return (f"{v['variant'].get('recovery', cfg.get('mode'))} instead of the distillation: {dist['steps']} steps of "
             f"{cfg['per_device_batch_size']} queries per rank × 2 ranks, groups of {cfg.get('group_size')} "
             f"passages from {cfg.get('train_data')}, {lora}, learning rate {cfg['learning_rate']}, temperature "
             f"{cfg.get('temperature')}, seed {cfg.get('seed')}; no teacher")
+
+
+def text_sources(doc: dict) -> list[str]:
+    """A run's distillation text, its own run folder left out (each run mines its groups into its own folder), so
+    that two runs over the same text compare equal."""
+    import re
+    return [re.sub(r"^(.*/)?out/recipes/[^/]+/", "", x)
+            for x in (doc["distill"]["config"].get("distill_data") or [])]
 
 
 def trained_params(cfg: dict) -> str:
