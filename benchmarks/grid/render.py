@@ -591,7 +591,9 @@ def recovery_of(v: dict, main: dict) -> str:
     lora = trained_params(cfg)
     if (cfg.get("mode") or "distill") == (main_cfg.get("mode") or "distill"):
         how = "" if lora == trained_params(main_cfg) else f" through {lora} instead of {trained_params(main_cfg)}"
-        what = "the same distillation" if text_sources(v) == text_sources(main) else "the distillation on more text"
+        own, main_text = text_sources(v), text_sources(main)
+        what = ("the same distillation" if own == main_text else
+                "the distillation on more text" if set(main_text) <= set(own) else "the distillation on other text")
         return f"{what}{how} ({dist['steps']} steps, seed {cfg.get('seed')})"
     return (f"{v['variant'].get('recovery', cfg.get('mode'))} instead of the distillation: {dist['steps']} steps of "
             f"{cfg['per_device_batch_size']} queries per rank × 2 ranks, groups of {cfg.get('group_size')} "
