@@ -85,15 +85,7 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
             # the 140-step run at the same seed
             "1.6x-lora-long": {"label": "1.6× plan, distillation through LoRA, 600 steps", "pair_main": False,
                                "share_from": "1.6x-lora", "share": ("plan", "drop", "eval-drop"),
-                               "versus": ("1.6x-lora",), "set": {
-                                   "plan.target_speedup": 1.6, "distill.lora": True, "distill.lora_r": 32,
-                                   "distill.lora_alpha": 64, "distill.freeze": None,
-                                   "distill.gradient_checkpointing": False, "distill.max_steps": 600,
-                                   "distill.eval_steps": 100, "distill.save_steps": 50, "distill.eval_max_length": 128,
-                                   "distill.distill_data": ["${mine}/groups.jsonl", "${mine-fin}/groups.jsonl",
-                                                            "passages=financebench/corpus.jsonl",
-                                                            "passages=scifact/corpus.jsonl",
-                                                            "passages=msmarco_trecdl_subset/corpus.jsonl"]},
+                               "versus": ("1.6x-lora",),
                                "rows": {"drop + distill": "1.6× plan: drop + distill (LoRA), 600 steps",
                                         "drop + distill + int8": "1.6× plan: drop + distill (LoRA) + int8, 600 steps"}},
             # a variant's second seed: its ``base`` run's recipe and options, and its untrained stages; ``versus``
@@ -116,6 +108,11 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                                    "set": {"distill.seed": 43},
                                    "rows": {"drop + distill": "drop + distill (LoRA), seed 43"},
                                    "share": ("plan", "drop", "eval-drop"), "versus": ("seed2", "infonce-seed2")}}
+VARIANTS["1.6x-lora-long"]["set"] = {
+    **VARIANTS["1.6x-lora"]["set"], "distill.gradient_checkpointing": False, "distill.max_steps": 600,
+    "distill.eval_steps": 100, "distill.save_steps": 50, "distill.eval_max_length": 128,
+    "distill.distill_data": [*VARIANTS["long"]["set"]["distill.distill_data"],
+                             "passages=msmarco_trecdl_subset/corpus.jsonl"]}
 # stages a variant can take from the main run as they are: they read no stage the variant changes
 SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm", "bench-minilm")
 # the pair that says whether the distillation recovers anything, paired per query within one run

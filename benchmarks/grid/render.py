@@ -6,6 +6,7 @@ anywhere, and writes RESULTS.md and the figures through temporary names."""
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -604,7 +605,6 @@ def recovery_of(v: dict, main: dict) -> str:
 def text_sources(doc: dict) -> list[str]:
     """A run's distillation text, its own run folder left out (each run mines its groups into its own folder), so
     that two runs over the same text compare equal."""
-    import re
     return [re.sub(r"^(.*/)?out/recipes/[^/]+/", "", x)
             for x in (doc["distill"]["config"].get("distill_data") or [])]
 
