@@ -92,17 +92,31 @@ def bench_speed(bench: dict) -> dict:
             for k in ("document", "query")}
 
 
-def int8_bench(folder: Path) -> dict:
-    """An int8 bench folder as the results files keep it: the CPU it ran on (int8's speed-up is that CPU's
-    kernels'), the threads, the layers kept float32, the speed-ups and the bench's warnings."""
+def machine_bench(folder: Path) -> dict:
+    """A bench folder of a model in another number format (int8, bfloat16) as the results files keep it: the CPU
+    it ran on (the speed-up is that CPU's kernels'), the threads, each side's number format, the layers kept
+    float32, the speed-ups and the bench's warnings."""
     from dsprune import formats
 
-    bench = formats.read_json(folder / formats.BENCH, "int8 bench")
+    bench = formats.read_json(folder / formats.BENCH, "bench")
     if "machine" not in bench:
         raise SystemExit(f"{folder}: this bench predates the machine record; remove that folder and rerun, so the "
                          "speed-up carries the CPU it was measured on")
+    st = bench["settings"]
     return {"machine": bench["machine"], "speed": bench_speed(bench), "threads": bench["threads"],
-            "warnings": bench.get("warnings", []), "quantize_skip": bench["settings"].get("quantize_skip") or []}
+            "warnings": bench.get("warnings", []), "quantize_skip": st.get("quantize_skip") or [],
+            "dtype": {"model": st.get("dtype", "float32"),
+                      "baseline": st.get("baseline_dtype") or st.get("dtype", "float32")}}
+
+
+def link_finished_stage(src: Path, dst: Path) -> None:
+    """Hard-link a finished recipe stage's folder (``src``) into another run (``dst``) that lacks it; that run's
+    recipe then reuses it only if the stage's fingerprint there is the same (the same inputs)."""
+    from dsprune.recipe import STAMP
+
+    if (src / STAMP).is_file() and not dst.exists():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, dst, copy_function=os.link)
 
 
 def tensorboard_scalars(folder: Path) -> dict:

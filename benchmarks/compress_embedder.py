@@ -11,15 +11,14 @@ plan, the distillation's settings and losses, the stage times and the command as
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (REPO, collect_recipe, int8_bench, keep_results, recipe_command,  # noqa: E402
-                               recipe_parser, rerender, run_recipe_command, tensorboard_scalars)
+from benchmarks._common import (REPO, collect_recipe, keep_results, link_finished_stage, machine_bench,  # noqa: E402
+                                recipe_command, recipe_parser, rerender, run_recipe_command, tensorboard_scalars)
 from benchmarks.grid import render  # noqa: E402
 from dsprune import formats  # noqa: E402
 from dsprune.recipe import load_recipe  # noqa: E402
@@ -157,14 +156,10 @@ def share_finished_stages(variant: str) -> None:
     from its base run, or the run its ``share_from`` names (the recipe then finds their stamps and reuses them).
     The main run's stages come from that run when the main run's folder is gone: it computed them with the same
     inputs."""
-    import shutil
     base = out_of(VARIANTS[variant].get("share_from", base_of(variant)))
     for name, src in ([(n, OUT / n if (OUT / n / "stage.json").is_file() else base / n) for n in SHARED_STAGES]
                       + [(n, base / n) for n in VARIANTS[variant].get("share", ())]):
-        dst = out_of(variant) / name
-        if (src / "stage.json").is_file() and not dst.exists():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(src, dst, copy_function=os.link)
+        link_finished_stage(src, out_of(variant) / name)
 
 
 def distill_summary(run: Path) -> dict:
@@ -221,7 +216,7 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
                           if "speedup_pairs" in bench.get(k, {})}
     doc["int8"] = None
     if (out / "bench-int8" / formats.BENCH).is_file():
-        doc["int8"] = {**int8_bench(out / "bench-int8"), "against_float": paired(out / "eval", out / "eval-int8")}
+        doc["int8"] = {**machine_bench(out / "bench-int8"), "against_float": paired(out / "eval", out / "eval-int8")}
     doc["recovery"] = recovery(out)
     if variant and VARIANTS[variant].get("pair_main", True):
         doc["against_main"] = against_main(main or out_of(base_of(variant)), out, variant)

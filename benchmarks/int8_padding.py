@@ -96,7 +96,7 @@ def pruned_model(a, out: Path, log: list) -> str:
 
 
 def measure(a, out: Path) -> dict:
-    from dsprune.encoder import quantized_fingerprint
+    from dsprune.encoder import inference_fingerprint
     from dsprune.eval.mteb_model import fingerprint
     from dsprune.packaged import model_path
     from dsprune.report import compare
@@ -126,7 +126,7 @@ def measure(a, out: Path) -> dict:
         speed[label]["warnings"] = b.get("warnings", [])
         speed[label]["threads"] = b["threads"]
     return {"variants": {k: {"model": m, "quantize": q, "quantize_skip": list(sk),
-                             "fingerprint": quantized_fingerprint(fingerprint(Path(model_path(m))), q, sk)}
+                             "fingerprint": inference_fingerprint(fingerprint(Path(model_path(m))), q, sk)}
                          for k, (m, q, sk) in variants.items()},
             "stages": log, "speed": speed, "report": compare.compare(entries)}
 

@@ -49,11 +49,19 @@ def quant_label(quantize: str | None, skip: Sequence[str] = ()) -> str | None:
     return f"{quantize}-skip:{','.join(skip)}" if skip else quantize
 
 
-def quantized_fingerprint(fingerprint: str, quantize: str | None, skip: Sequence[str] = ()) -> str:
-    """The fingerprint a quantised model's results and benches carry: it computes differently from the float
-    model in the same folder, so a report must never match one's speed-up or score to the other."""
+def dtype_name(dtype: str | torch.dtype) -> str:
+    """``torch.bfloat16`` or ``"bfloat16"`` as the one spelling results and benches use: ``bfloat16``."""
+    return dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
+
+
+def inference_fingerprint(fingerprint: str, quantize: str | None, skip: Sequence[str] = (),
+                          dtype: str | torch.dtype = "float32") -> str:
+    """The fingerprint a model's results and benches carry when it computes in another number format than its
+    float32 weights (int8 Linear layers, or bfloat16 throughout): it scores and runs differently from the
+    float32 model in the same folder, so a report must never match one's speed-up or score to the other."""
     label = quant_label(quantize, skip)
-    return f"{fingerprint}+{label}" if label else fingerprint
+    fmt = dtype_name(dtype)
+    return fingerprint + (f"+{label}" if label else "") + ("" if fmt == "float32" else f"+{fmt}")
 
 
 @dataclass
@@ -180,6 +188,12 @@ class Encoder(nn.Module):
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def number_format(self) -> str:
+        """What the forward computes in: the quantisation label when quantised, else the weights' dtype
+        (``float32``, ``bfloat16``); a speed-up between two formats is not bounded by their FLOP ratio."""
+        return self.quantized or dtype_name(next(self.model.parameters()).dtype)
 
     def configure(self, **over) -> "Encoder":
         """This encoder with ``over`` (EncoderConfig fields) over its own config; the tokenizer's padding side

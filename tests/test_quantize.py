@@ -1,5 +1,6 @@
-"""Dynamic int8 quantisation: every Linear becomes int8, embeddings stay close, a quantised model is never
-saved or matched to its float twin, and an unknown scheme is refused before anything loads."""
+"""Dynamic int8 quantisation and bfloat16 inference: every Linear becomes int8, embeddings stay close, a model in
+another number format is never saved or matched to its float twin, and an unknown scheme is refused before
+anything loads."""
 import json
 
 import pytest
@@ -107,35 +108,104 @@ def test_eval_with_skip_carries_the_skip_in_its_fingerprint(tiny_dirs, tmp_path)
     assert doc["fingerprint"].endswith("+int8-skip:down_proj,o_proj")
 
 
-def test_the_int8_recipe_scores_and_times_the_quantised_model_against_the_float_one(tiny_dirs, tmp_path):
-    """recipes/int8-embedder.yaml as a user runs it on their model: the report pairs int8 (down projections
-    float) with float32 per query and carries the bench's speed-up matched by the int8 fingerprint."""
+def run_in_process(recipe: str, out, params: list[str], sets: list[str]) -> None:
+    """A recipe run as ``dsprune run`` does it, each stage's command called in this process instead of a fresh
+    one (the stage processes themselves are tested in test_recipe)."""
     from pathlib import Path
 
-    recipe = Path(__file__).resolve().parents[1] / "recipes" / "int8-embedder.yaml"
-    out = tmp_path / "run"
-    folder = write_beir(tmp_path / "beir")
-    assert main(["run", "--recipe", str(recipe), "--out", str(out), "--param", f"model={tiny_dirs['gemma3_text']}",
-                 f"tasks=[tiny={folder}]", "--set", "bench.docs=8", "bench.queries=8", "bench.doc_len=32"]) == 0
-    full = json.loads((out / "eval-full" / "results.json").read_text())
-    int8 = json.loads((out / "eval-int8" / "results.json").read_text())
-    assert int8["fingerprint"] == full["fingerprint"] + "+int8-skip:down_proj"
-    report = json.loads((out / "report" / "report.json").read_text())
-    rows = {r["label"]: r for r in report["rows"]}
-    assert set(rows) == {"float32", "int8"} and "delta" in rows["int8"]["tasks"]["tiny"]
-    assert rows["int8"]["speed"]["document"] > 0 and rows["int8"]["speed"]["baseline_fp"] == full["fingerprint"]
-    # benchmarks/int8_machine.py keeps the run under the CPU that timed it, and RESULTS.md shows it as its row
-    from benchmarks import int8_machine
-    from benchmarks.grid.render_int8_machines import render_int8_machines
+    from dsprune.recipe import parse_params, parse_sets, run_recipe
+
+    path = Path(__file__).resolve().parents[1] / "recipes" / recipe
+
+    def execute(cmd, folder):
+        assert cmd[1:4] == ["-m", "dsprune.cli", cmd[3]]
+        return main(cmd[3:])
+    run_recipe(path, str(out), params=parse_params(params), overrides=parse_sets(sets), execute=execute)
+
+
+@pytest.fixture(scope="module")
+def beir(tmp_path_factory):
+    return write_beir(tmp_path_factory.mktemp("beir") / "beir")
+
+
+@pytest.mark.parametrize("fmt", ["int8", "bf16"])
+def test_a_precision_recipe_scores_and_times_the_format_against_float32(tiny_dirs, tmp_path, beir, fmt):
+    """recipes/int8-embedder.yaml (down projections float) and recipes/bf16-embedder.yaml as a user runs them
+    on their model: the report pairs the format with float32 per query and carries the bench's speed-up,
+    matched by the format's own fingerprint; benchmarks/precision_machine.py keeps the run under the CPU that
+    timed it, and RESULTS.md shows it as its row."""
+    from benchmarks import precision_machine
+    from benchmarks.grid.render_precision_machines import render_precision_machines
     from dsprune.recipe import parse_params
 
-    params = parse_params([f"model={tiny_dirs['gemma3_text']}", f"tasks=[tiny={folder}]"])
-    doc = int8_machine.collect(out, params, ["dsprune", "run", "..."])
-    assert doc["speed"]["document"]["speedup"] == pytest.approx(rows["int8"]["speed"]["document"])
-    assert doc["quantize_skip"] == ["down_proj"] and doc["machine"]["cpu"]
-    name = int8_machine.PREFIX + int8_machine.machine_slug(doc["machine"])
-    int8_machine.keep_results(doc, out, tmp_path / "results", name)
-    lines = render_int8_machines(tmp_path / "results")
+    out = tmp_path / "run"
+    params = [f"model={tiny_dirs['gemma3_text']}", f"tasks=[tiny={beir}]"]
+    run_in_process(precision_machine.RECIPES[fmt].name, out, params,
+                   ["bench.docs=8", "bench.queries=8", "bench.doc_len=32"])
+    suffix = {"int8": "+int8-skip:down_proj", "bf16": "+bfloat16"}[fmt]
+    label = {"int8": "int8", "bf16": "bfloat16"}[fmt]
+    full = json.loads((out / "eval-full" / "results.json").read_text())
+    other = json.loads((out / f"eval-{fmt}" / "results.json").read_text())
+    assert other["fingerprint"] == full["fingerprint"] + suffix
+    bench = json.loads((out / "bench" / "bench.json").read_text())
+    assert bench["fingerprint"] == {"model": other["fingerprint"], "baseline": full["fingerprint"]}
+    assert bench["document"]["model"]["number_format"] == ("int8-skip:down_proj" if fmt == "int8" else "bfloat16")
+    assert bench["document"]["baseline"]["number_format"] == "float32" and not bench["document"]["flop_bound"]
+    report = json.loads((out / "report" / "report.json").read_text())
+    rows = {r["label"]: r for r in report["rows"]}
+    assert set(rows) == {"float32", label} and "delta" in rows[label]["tasks"]["tiny"]
+    assert rows[label]["speed"]["document"] > 0 and rows[label]["speed"]["baseline_fp"] == full["fingerprint"]
+
+    doc = precision_machine.collect(fmt, out, parse_params(params), ["dsprune", "run", "..."])
+    assert doc["speed"]["document"]["speedup"] == pytest.approx(rows[label]["speed"]["document"])
+    assert doc["machine"]["cpu"] and doc["format"] == fmt
+    assert doc["quantize_skip"] == (["down_proj"] if fmt == "int8" else [])
+    assert doc["dtype"] == {"model": "float32" if fmt == "int8" else "bfloat16", "baseline": "float32"}
+    name = precision_machine.results_name(fmt, doc["machine"])
+    assert name.startswith(f"{fmt}_machine_")
+    precision_machine.keep_results(doc, out, tmp_path / "results", name)
+    lines = render_precision_machines(tmp_path / "results")
     row = next(line for line in lines if line.startswith(f"| {doc['machine']['cpu']} |"))
     assert f"| {rows['float32']['mean']:.4f} |" in row and f"{doc['speed']['query']['speedup']:.2f}×" in row
-    assert "| down_proj |" in row
+    assert ("| int8 (down_proj float32) |" if fmt == "int8" else "| bfloat16 |") in row
+
+
+def test_precision_machine_takes_the_float32_evaluation_from_the_other_formats_run(tmp_path):
+    from benchmarks._common import link_finished_stage
+
+    done, unfinished = tmp_path / "int8" / "eval-full", tmp_path / "int8" / "eval-int8"
+    for f in (done, unfinished):
+        f.mkdir(parents=True)
+        (f / "results.json").write_text("{}")
+    (done / "stage.json").write_text("{}")
+    link_finished_stage(done, tmp_path / "bf16" / "eval-full")
+    link_finished_stage(unfinished, tmp_path / "bf16" / "eval-int8")
+    assert (tmp_path / "bf16" / "eval-full" / "results.json").samefile(done / "results.json")
+    assert not (tmp_path / "bf16" / "eval-int8").exists()       # not finished: nothing to share
+    (tmp_path / "mine").mkdir()
+    link_finished_stage(done, tmp_path / "mine")                 # a folder already there is left alone
+    assert list((tmp_path / "mine").iterdir()) == []
+
+
+def test_bench_times_a_bfloat16_model_against_its_float32_self(tiny_dirs, tmp_path, beir, capsys):
+    out = tmp_path / "bench"
+    model = str(tiny_dirs["llama"])
+    assert main(["bench", "--model", model, "--baseline", model, "--data", str(beir), "--dtype", "bfloat16",
+                 "--baseline_dtype", "float32", "--docs", "4", "--queries", "4", "--doc_len", "16",
+                 "--repeats", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "dtype: model bfloat16, baseline float32" in printed
+    assert "the model computes in bfloat16, the baseline in float32" in printed
+    doc = json.loads((out / "bench.json").read_text())
+    assert doc["fingerprint"]["model"] == doc["fingerprint"]["baseline"] + "+bfloat16"
+    assert doc["document"]["flop_ratio"] == pytest.approx(1.0)
+
+
+def test_bench_refuses_an_unknown_baseline_dtype_in_one_line(tiny_dirs, tmp_path, beir, capsys):
+    out = tmp_path / "bench"
+    model = str(tiny_dirs["llama"])
+    assert main(["bench", "--model", model, "--baseline", model, "--data", str(beir), "--baseline_dtype", "fp8",
+                 "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --baseline_dtype 'fp8': choose one of float32, bfloat16, float16"]
+    assert not out.exists()

@@ -26,7 +26,7 @@ from .render_seeds import verdict as seed_verdict
 from .render_overlap import render_overlap
 from .render_gaprune_embedder import render_gaprune_embedder
 from .render_dense_runs import render_dense_runs
-from .render_int8_machines import render_int8_machines
+from .render_precision_machines import render_precision_machines
 from .render_table1 import render_table1
 from .render_throughput import render_throughput
 from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
@@ -580,7 +580,7 @@ def int8_lines(doc: dict, bullet: str) -> list[str]:
     return [f"{bullet}**int8** (`eval-int8`, `bench-int8`): the distilled model with dynamic int8 Linear layers"
             + (f" ({kept} kept float32)" if kept else "") + ", benched against the float32 unpruned model in one "
             f"run on {m['cpu']} (torch kernels {m['cpu_capability']}, {q['threads']} threads); int8's speed-up is "
-            "this CPU's (*int8 per machine*)."
+            "this CPU's (*int8 and bfloat16 per machine*)."
             + (f" int8 − the same model in float32, paired per query, mean over the tasks: {interval(d['mean_delta'])} "
                "(nothing trained between the two: the interval is over queries)." if (d := q.get("against_float"))
                else "")]
@@ -629,8 +629,8 @@ def render_int8(results: Path) -> list[str]:
     d = section_result(results / "int8_padding.json", {"title", "command", "padding", "report"},
                        "benchmarks/int8_padding.py")
     if d is None:
-        return render_int8_machines(results, "## int8 Linear layers on CPU")
-    return int8_section(d) + render_int8_machines(results)
+        return render_precision_machines(results, "## int8 and bfloat16 on CPU")
+    return int8_section(d) + render_precision_machines(results)
 
 
 def int8_section(d: dict) -> list[str]:
@@ -675,7 +675,7 @@ def int8_section(d: dict) -> list[str]:
                 f"{shapes['query']['length']} in batches of {shapes['query']['batch_size']}; torch "
                 f"threads: {shapes['threads']}. int8 does the same multiply-adds as float32, so the FLOP ratio bounds only the float rows. "
                 "int8's speed-up rests on the CPU's int8 instructions, and these benches predate the CPU record "
-                "in `bench.json`: read their speed-ups as one machine's (*int8 per machine* names the CPU of each "
+                "in `bench.json`: read their speed-ups as one machine's (*int8 and bfloat16 per machine* names the CPU of each "
                 "later run)."]
     warned = [f"{label}: {w}" for label, sp in d["speed"].items() for w in sp.get("warnings", [])]
     out += ([""] + [f"- warning from the bench, {w}" for w in warned]) if warned else []

@@ -18,7 +18,7 @@ from typing import Optional
 from .. import formats
 from ..errors import DsPruneError
 from ..log import logger
-from .common import QuantizeArgs, load_encoder, torch_threads
+from .common import QuantizeArgs, check_dtype, load_encoder, torch_threads
 
 
 @dataclass
@@ -42,6 +42,9 @@ class Args(QuantizeArgs):
     same_texts: bool = field(default=False, metadata={
         "help": "each model tokenises the same texts itself (truncated at doc_len/query_len, padded per batch): "
                 "for models with different tokenizers, e.g. a small model a user might pick instead"})
+    baseline_dtype: Optional[str] = field(default=None, metadata={
+        "help": "the baseline's dtype, when it is not --dtype: e.g. --dtype bfloat16 --baseline_dtype float32 "
+                "times a model in bfloat16 against its float32 self"})
     seed: int = 0
     overwrite: bool = False
 
@@ -49,7 +52,7 @@ class Args(QuantizeArgs):
 def run(args: Args) -> int:
     import torch
 
-    from ..encoder import check_quantize, quantized_fingerprint
+    from ..encoder import check_quantize, inference_fingerprint
     from ..eval import speed
     from ..eval.mteb_model import fingerprint
     from ..packaged import model_path
@@ -57,6 +60,8 @@ def run(args: Args) -> int:
 
     out = formats.check_output(args.out, args.overwrite)
     check_quantize(args.quantize, args.device, args.dtype, args.quantize_skip)
+    dtypes = {"model": args.dtype, "baseline": args.baseline_dtype or args.dtype}
+    check_dtype(dtypes["baseline"], "--baseline_dtype")
     for n in ("repeats", "docs", "doc_batch", "doc_len", "queries", "query_batch", "query_len"):
         if getattr(args, n) < 1:
             raise DsPruneError(f"bench.{n} must be at least 1")
@@ -70,9 +75,9 @@ def run(args: Args) -> int:
             if not p.exists():
                 raise DsPruneError(f"{role} not found: {p}")
             quantize, skip = (args.quantize, args.quantize_skip) if role == "model" else (None, ())
-            models[role] = load_encoder(args, path, quantize=quantize, quantize_skip=skip)
-            prints[role] = quantized_fingerprint(fingerprint(p.parent if path.endswith(".gguf") else p), quantize,
-                                                 skip)
+            models[role] = load_encoder(args, path, quantize=quantize, quantize_skip=skip, dtype=dtypes[role])
+            prints[role] = inference_fingerprint(fingerprint(p.parent if path.endswith(".gguf") else p), quantize,
+                                                 skip, dtypes[role])
         logger.info(f"timing {len(docs)} documents and {len(queries)} queries, {args.repeats} alternating pairs")
         res = speed.bench(models, docs, queries, args.doc_batch, args.doc_len, args.query_batch, args.query_len,
                           args.repeats, args.warmup, args.compile, same_texts=args.same_texts)
@@ -101,10 +106,11 @@ def run(args: Args) -> int:
 def summary(doc: dict) -> str:
     from ..encoder import quant_label
 
-    p = doc["params"]
-    quant = quant_label(doc["settings"].get("quantize"), doc["settings"].get("quantize_skip") or ())
+    p, st = doc["params"], doc["settings"]
+    quant = quant_label(st.get("quantize"), st.get("quantize_skip") or ())
     m = doc.get("machine") or {}
-    lines = [f"threads={doc['threads']} compile={doc['settings']['compile']} data={doc['data']}"
+    dtype = st["dtype"] if not st.get("baseline_dtype") else f"model {st['dtype']}, baseline {st['baseline_dtype']}"
+    lines = [f"threads={doc['threads']} compile={st['compile']} data={doc['data']} dtype: {dtype}"
              + (f" model quantised: {quant}" if quant else "")
              + (f" on {m['cpu']} ({m['cpu_capability']})" if m else ""),
              f"params: model {p['model'] / 1e6:.2f}M, baseline {p['baseline'] / 1e6:.2f}M, ratio {p['ratio']:.3f} "
@@ -124,9 +130,11 @@ def summary(doc: dict) -> str:
     if first.get("same_texts"):
         lines.append("same texts, each model with its own tokenizer (truncated at the length, padded per batch): "
                      "MFLOP/tok is at the full length; the FLOP ratio counts each model's own padded positions")
+    fmt = {n: first[n].get("number_format") or first[n].get("quantize") or "float" for n in ("model", "baseline")}
     lines.append(f"speed-up: median of {first['pairs']} alternating model/baseline pairs (min–max over the pairs)"
-                 + ("" if first["flop_bound"] else "; the model computes in int8, the baseline in float: the FLOP "
-                    "ratio counts the same multiply-adds and does not bound the speed-up"))
+                 + ("" if first["flop_bound"] else f"; the model computes in {fmt['model']}, the baseline in "
+                    f"{fmt['baseline']}: the FLOP ratio counts the same multiply-adds and does not bound the "
+                    "speed-up"))
     lat = doc["retrieval_latency"]
     lines.append("flat-index retrieval latency (ms/query): " + ", ".join(
         f"{n} {v['ms_per_query']:.4f} ({v['backend']}, {v['index_size']} docs x {v['dim']})" for n, v in lat.items()))

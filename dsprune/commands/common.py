@@ -38,32 +38,38 @@ class EncoderArgs(ModelArgs):
 
 
 def load_encoder(args: ModelArgs, path: str | None = None, quantize: str | None = None,
-                 quantize_skip: Sequence[str] = (), **overrides):
-    """``args.model`` (or ``path``) as an Encoder, ``quantize``d for inference if asked (but the Linear layers
-    ``quantize_skip`` names); ``overrides`` replace encoder settings (None = keep)."""
+                 quantize_skip: Sequence[str] = (), dtype: str | None = None, **overrides):
+    """``args.model`` (or ``path``) as an Encoder in ``dtype`` (default ``args.dtype``), ``quantize``d for
+    inference if asked (but the Linear layers ``quantize_skip`` names); ``overrides`` replace encoder settings
+    (None = keep)."""
     from ..encoder import Encoder, check_quantize, quant_label
 
     path = args.model if path is None else path
-    check_model(args, path)
-    check_quantize(quantize, args.device, args.dtype, quantize_skip)   # fails before a load is announced
+    dtype = dtype or args.dtype
+    check_model(args, path, dtype)
+    check_quantize(quantize, args.device, dtype, quantize_skip)   # fails before a load is announced
     label = quant_label(quantize, quantize_skip)
     logger.info(f"loading {path}" + (f" ({label})" if label else ""))
-    enc = Encoder.load(path, dtype=args.dtype, device=args.device, quantize=quantize, quantize_skip=quantize_skip)
+    enc = Encoder.load(path, dtype=dtype, device=args.device, quantize=quantize, quantize_skip=quantize_skip)
     enc.configure(**{k: v for k, v in overrides.items() if v is not None})
-    logger.debug(f"{path}: {enc.family}, {args.dtype} on {args.device}, encoder {enc.config}")
+    logger.debug(f"{path}: {enc.family}, {dtype} on {args.device}, encoder {enc.config}")
     return enc
 
 
-def check_model(args: ModelArgs, path: str | None = None) -> None:
+def check_model(args: ModelArgs, path: str | None = None, dtype: str | None = None) -> None:
     """Refuse, before any weight is read, what would fail deep inside loading with a traceback, or only after
     it: a dtype dsprune does not carry, a device this machine lacks, a damaged GGUF file, a model family
     dsprune has no module for (read from config.json or the GGUF metadata, not from the loaded model)."""
-    from ..errors import DsPruneError
-
-    if args.dtype not in DTYPES:
-        raise DsPruneError(f"--dtype {args.dtype!r}: choose one of {', '.join(DTYPES)}")
+    check_dtype(dtype or args.dtype)
     check_device(args.device)
     check_model_files(args.model if path is None else path)
+
+
+def check_dtype(dtype: str, option: str = "--dtype") -> None:
+    from ..errors import DsPruneError
+
+    if dtype not in DTYPES:
+        raise DsPruneError(f"{option} {dtype!r}: choose one of {', '.join(DTYPES)}")
 
 
 def check_model_files(path: str, what: str = "model") -> None:

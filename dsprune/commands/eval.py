@@ -133,7 +133,7 @@ def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loade
     ``--encoder`` options."""
     import mteb
 
-    from ..encoder import overridden_fingerprint, quantized_fingerprint
+    from ..encoder import inference_fingerprint, overridden_fingerprint
     from ..eval import evaluate, geometry
     from ..eval.mteb_model import MtebEncoder, fingerprint
 
@@ -144,8 +144,8 @@ def _evaluate(args: Args, model_dir: Path, weights_dir: Path, specs: list, loade
                            "retrieval task")
     geo_split = args.split or next((s.split for s in beir), "test")
     pairs = geometry.pairs_from_beir(geo_folder, geo_split, args.geometry_samples) if args.geometry else None
-    fp = overridden_fingerprint(quantized_fingerprint(fingerprint(weights_dir), args.quantize, args.quantize_skip),
-                                over)
+    fp = overridden_fingerprint(inference_fingerprint(fingerprint(weights_dir), args.quantize, args.quantize_skip,
+                                                      args.dtype), over)
     enc = load_encoder(args, str(model_dir), quantize=args.quantize, quantize_skip=args.quantize_skip,
                        **{**over, "max_length": args.max_length})
     model = MtebEncoder(enc, model_dir.name, fp, {s.name: s.instruction for s in specs},

@@ -297,7 +297,7 @@ def bench(models: dict[str, Encoder], docs: list[str], queries: list[str], doc_b
 
     ``speedup`` is the median over ``pairs`` alternating pairs of baseline/model seconds (``speedup_pairs``
     holds its min–max); the FLOP ratio bounds it only when both models compute in the same number format
-    (``flop_bound``), so an int8 model against a float32 one is not held to it. By default every batch is
+    (``flop_bound``), so an int8 or bfloat16 model against a float32 one is not held to it. By default every batch is
     padded to exactly the length asked, which needs one tokenizer; ``same_texts`` lets each model tokenise the
     texts itself (truncated at that length, padded per batch), so models with different tokenizers compare
     on the same texts, and the FLOP ratio counts each one's own positions."""
@@ -328,13 +328,14 @@ def bench(models: dict[str, Encoder], docs: list[str], queries: list[str], doc_b
             positions = sum(b["input_ids"].numel() for b in batches[n])
             res[n] = {"seconds": ts, "median_s": med, "texts_per_s": len(texts) / med,
                       "tokens_per_s": positions / med, "positions": positions, "real_tokens": real,
-                      "quantize": models[n].quantized, "flops_per_token": flops_per_token(models[n], length),
+                      "quantize": models[n].quantized, "number_format": models[n].number_format,
+                      "flops_per_token": flops_per_token(models[n], length),
                       "flops_per_text": flops_per_text(models[n], batches[n])}
         res["speedup_pairs"] = pair_ratios(times["baseline"], times["model"])
         res["speedup"] = res["speedup_pairs"]["median"]
         res["flop_ratio"] = res["baseline"]["flops_per_text"] / res["model"]["flops_per_text"]
         res["speedup_over_flop_ratio"] = res["speedup"] / res["flop_ratio"]
-        res["flop_bound"] = models["model"].quantized == models["baseline"].quantized
+        res["flop_bound"] = models["model"].number_format == models["baseline"].number_format
         res.update(texts=len(texts), batch_size=bs, length=length, pairs=pairs, same_texts=same_texts)
         out[kind] = res
     out["warnings"] = [w for k in ("document", "query") if (w := speed_warning(k, out[k]))]
