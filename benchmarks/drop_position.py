@@ -10,7 +10,8 @@ training: each variant is a `dsprune drop` of one model with the importance scor
 candidates fixed by `--protect` (for the pairs: every layer but the two), then `dsprune eval` on scifact_small.
 Each variant is compared with the model itself and the pairs with each other by the paired bootstrap over
 queries (`dsprune.eval.bootstrap`). Stages go to ``out/drop_position/<model>/NAME`` and are reused while their
-command is unchanged. Writes ``benchmarks/results/drop_position.json`` with every command and prints the table.
+command is unchanged. Writes ``benchmarks/results/drop_position[_<model>].json`` (``results_name``) with every
+command and prints the table.
 """
 from __future__ import annotations
 
@@ -35,6 +36,17 @@ GRID_SCORES = {"out/train_dense/run/model": "benchmarks/results/drop_order/dense
 
 def slug(label: str) -> str:
     return label.lower().replace(", ", "-").replace(" ", "-")
+
+
+def results_name(model: str) -> str:
+    """One results file per model, so a run on the dense retriever keeps the one on SmolLM2 as it ships."""
+    from benchmarks.grid.inputs import DEFAULT_DENSE
+
+    if model == "smollm2":
+        return NAME
+    if Path(model).resolve() == Path(DEFAULT_DENSE).resolve():
+        return f"{NAME}_dense"
+    return f"{NAME}_{slug(Path(model).name)}"
 
 
 def variants(n_layers: int, early: list[int], late: list[int], drop: int, protect: list[int]) -> dict:
@@ -116,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None, help="stage folders (default: out/drop_position/<model name>)")
     ap.add_argument("--results", default=str(render.RESULTS))
+    ap.add_argument("--name", default=None, help="results file name (default: drop_position for smollm2, "
+                    "drop_position_dense for the grid's dense retriever, else drop_position_<model folder>)")
     ap.add_argument("--no_render", action="store_true", help="leave RESULTS.md alone")
     a = ap.parse_args(argv)
     if len(a.early) != len(a.late):
@@ -135,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
            "reference_results": a.reference_results,
            "tasks": a.task, "max_length": a.max_length, **measure(a, out)}
     print("\n".join(drop_position_section(doc)))
-    keep_results(doc, out, Path(a.results), NAME)
+    keep_results(doc, out, Path(a.results), a.name or results_name(a.model))
     if not a.no_render:
         rerender()
     return 0

@@ -1,9 +1,11 @@
 """benchmarks/drop_position.py end to end on a tiny model: the pairs drop exactly their MLPs, protection moves the
 drop by importance, and the section says what the paired intervals say."""
 import json
+import shutil
+from pathlib import Path
 
 from benchmarks import drop_position
-from benchmarks.grid.render_drop_position import drop_position_section, verdict
+from benchmarks.grid.render_drop_position import drop_position_section, render_drop_position, verdict
 from train_helpers import write_beir
 
 
@@ -17,7 +19,9 @@ def test_drop_position_on_a_tiny_model(tiny_dirs, tmp_path):
             "--drop_mlp", "2", "--protect", "2", "--task", f"tiny={beir}", "--max_length", "32", "--threads", "1",
             "--out", str(tmp_path / "out"), "--results", str(results), "--no_render"]
     assert drop_position.main(argv) == 0
-    doc = json.loads((results / "drop_position.json").read_text())
+    name = drop_position.results_name(str(tiny_dirs["llama"]))
+    assert name.startswith("drop_position_") and drop_position.results_name("smollm2") == "drop_position"
+    doc = json.loads((results / f"{name}.json").read_text())
     assert {k: v["drop_mlp"] for k, v in doc["variants"].items()} == {
         "MLPs 1": [1], "MLPs 2": [2], "Drop-2M": [1, 3], "Drop-2M, first 2 protected": [2, 3]}
     assert doc["variants"]["MLPs 1"]["protect"] == "0,2,3"
@@ -33,9 +37,15 @@ def test_drop_position_on_a_tiny_model(tiny_dirs, tmp_path):
     again = [*argv[:argv.index("--out")], "--reference_results", str(ref), "--out", str(tmp_path / "out2"),
              "--results", str(results), "--no_render"]
     assert drop_position.main(again) == 0
-    doc2 = json.loads((results / "drop_position.json").read_text())
+    doc2 = json.loads((results / f"{name}.json").read_text())
     assert doc2["reference_results"] == str(ref) and not (tmp_path / "out2" / "eval-no-drop").exists()
     assert doc2["report"]["rows"][0] == doc["report"]["rows"][0]
+    # beside the committed run on SmolLM2 as it ships, this model's run renders as a section of its own
+    committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "drop_position.json"
+    shutil.copy(committed, results / "drop_position.json")
+    lines = render_drop_position(results)
+    assert lines[0].startswith("## Which MLPs a drop takes")
+    assert f"### The same on `{tiny_dirs['llama']}`" in lines
 
 
 def test_verdict_follows_the_interval():

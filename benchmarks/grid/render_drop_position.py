@@ -8,13 +8,22 @@ from dsprune.report import compare
 
 from .section import section_result
 
-RESULTS_FILE = "drop_position.json"
+RESULTS_FILES = "drop_position*.json"     # one per model: SmolLM2 as it ships, the dense retriever, ...
 
 
 def render_drop_position(results: Path) -> list[str]:
-    d = section_result(results / RESULTS_FILE, {"title", "command", "report", "model", "variants", "contrasts"},
-                       "benchmarks/drop_position.py")
-    return drop_position_section(d) if d is not None else []
+    """The first model's section under the title, every other model's below it as a subsection."""
+    docs = [d for p in sorted(results.glob(RESULTS_FILES))
+            if (d := section_result(p, {"title", "command", "report", "model", "variants", "contrasts"},
+                                    "benchmarks/drop_position.py"))]
+    out = []
+    for i, d in enumerate(docs):
+        out += drop_position_section(d, heading=None if i == 0 else f"### The same on {model_words(d)}")
+    return out
+
+
+def model_words(d: dict) -> str:
+    return "SmolLM2 as it ships (no retrieval training)" if d["model"] == "smollm2" else f"`{d['model']}`"
 
 
 def verdict(c: dict) -> str:
@@ -26,10 +35,10 @@ def verdict(c: dict) -> str:
     return f"{c['a']} and {c['b']} are not separable"
 
 
-def drop_position_section(d: dict) -> list[str]:
+def drop_position_section(d: dict, heading: str | None = None) -> list[str]:
     table = d["report"]
-    model = "SmolLM2 as it ships (no retrieval training)" if d["model"] == "smollm2" else f"`{d['model']}`"
-    out = [f"## {d['title']}", "", f"`{d['command']}` ({d.get('code_version')}).", "",
+    model = model_words(d)
+    out = [heading or f"## {d['title']}", "", f"`{d['command']}` ({d.get('code_version')}).", "",
            f"Each row drops MLPs of {model} with `dsprune drop` and the scores `{d['scores']}`, then is evaluated "
            f"at ≤ {d['max_length']} tokens with no training. For the pairs every other layer is protected "
            "(`--protect`), so exactly those two MLPs go; *Drop-N, first k protected* is the drop by importance "
