@@ -209,3 +209,15 @@ def test_bench_refuses_an_unknown_baseline_dtype_in_one_line(tiny_dirs, tmp_path
     assert capsys.readouterr().err.strip().splitlines() == [
         "error: --baseline_dtype 'fp8': choose one of float32, bfloat16, float16"]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["avx", "avx2", "fma"], "none"),
+    (["avx2", "avx_vnni"], "AVX-VNNI"),
+    (["avx512f", "avx512bw", "avx512_vnni"], "AVX-512 (VNNI)"),
+    (["avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8"],
+     "AVX-512 (VNNI, BF16), AMX (BF16, INT8)"),
+])
+def test_the_machine_table_names_the_instruction_families_a_format_uses(flags, words):
+    from benchmarks.grid.render_precision_machines import isa_families
+    assert isa_families(flags) == words

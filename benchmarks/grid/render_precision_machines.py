@@ -22,6 +22,23 @@ def format_label(d: dict, fmt: str) -> str:
     return f"int8 ({kept} float32)" if kept else "int8"
 
 
+def isa_families(flags: list[str]) -> str:
+    """``AVX-512 (VNNI, BF16), AMX (BF16, INT8)``: the instruction families that int8 and bfloat16 kernels use,
+    from the CPU's flags; ``none`` for AVX2 at most."""
+    def having(prefix: str, features: tuple[str, ...]) -> list[str]:
+        return [f.upper() for f in features if f"{prefix}{f}" in flags]
+    parts = []
+    if any(f.startswith("avx512") for f in flags):
+        sub = having("avx512_", ("vnni", "bf16", "fp16"))
+        parts.append("AVX-512" + (f" ({', '.join(sub)})" if sub else ""))
+    elif "avx_vnni" in flags:
+        parts.append("AVX-VNNI")
+    if any(f.startswith("amx") for f in flags):
+        sub = having("amx_", ("bf16", "int8", "fp16"))
+        parts.append("AMX" + (f" ({', '.join(sub)})" if sub else ""))
+    return ", ".join(parts) or "none"
+
+
 def render_precision_machines(results: Path,
                               heading: str = "### int8 and bfloat16 per machine") -> list[str]:
     runs = [(fmt, d) for fmt in FORMATS for p in sorted(results.glob(f"{fmt}_machine_*.json"))
@@ -45,7 +62,7 @@ def render_precision_machines(results: Path,
         def speed(k: str) -> str:
             s = d["speed"][k]
             return f"{s['speedup']:.2f}× ({s['min']:.2f}–{s['max']:.2f}, {s['pairs']} pairs)"
-        isa = ", ".join(f for f in m.get("cpu_isa", []) if "vnni" in f or f.startswith(("avx512", "amx"))) or "none"
+        isa = isa_families(m.get("cpu_isa", []))
         out.append(f"| {m['cpu']} | {m['cpu_capability']} | {isa} | {d['threads']} | {Path(ref['model']).name} | "
                    f"{format_label(d, fmt)} | {ref['mean']:.4f} | {scored(q['mean'], q.get('mean_delta'))} | "
                    f"{q['mean'] / ref['mean']:.3f} | {speed('document')} | {speed('query')} |")
@@ -54,7 +71,8 @@ def render_precision_machines(results: Path,
     out += ["", f"Tasks: {', '.join(tasks)}. Bench shapes (first row): documents {shapes['document']['texts']} × "
             f"{shapes['document']['length']} tokens in batches of {shapes['document']['batch_size']}, queries "
             f"{shapes['query']['texts']} × {shapes['query']['length']} in batches of {shapes['query']['batch_size']}. "
-            "*AVX-512 / VNNI / AMX*: the CPU's flags of those families (none: AVX2 at most). Commands: "
+            "*AVX-512 / VNNI / AMX*: the CPU's instruction families that int8 and bfloat16 kernels use, from its "
+            "flags (none: AVX2 at most). Commands: "
             + "; ".join(f"`{d['command']}` ({d['code_version']})" for _, d in runs) + "."]
     warned = [f"{d['machine']['cpu']}, {format_label(d, fmt)}: {w}" for fmt, d in runs for w in d.get("warnings", [])]
     return out + ([""] + [f"- warning from the bench, {w}" for w in warned] if warned else []) + [""]
