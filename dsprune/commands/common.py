@@ -66,6 +66,8 @@ def check_model(args: ModelArgs, path: str | None = None, dtype: str | None = No
 
 
 def check_dtype(dtype: str, option: str = "--dtype") -> None:
+    """A dtype dsprune carries, refused by the option's name before anything loads (a typo deep inside
+    ``from_pretrained`` is an AttributeError on torch)."""
     from ..errors import DsPruneError
 
     if dtype not in DTYPES:
