@@ -49,6 +49,16 @@ def results_name(model: str) -> str:
     return f"{NAME}_{slug(Path(model).name)}"
 
 
+def model_fingerprint(model: str) -> str:
+    """The weights' content id, so a reader can tell a retrained dense retriever from the grid's (both live at
+    the same path)."""
+    from dsprune.eval.mteb_model import fingerprint
+    from dsprune.packaged import model_path
+
+    path = Path(model_path(model))
+    return fingerprint(path.parent if path.suffix == ".gguf" else path)
+
+
 def variants(n_layers: int, early: list[int], late: list[int], drop: int, protect: list[int]) -> dict:
     """label -> (drop_mlp count, --protect value or None): the pairs (every other layer protected, so exactly
     those two MLPs go) and Drop-N without and with the first k layers protected."""
@@ -145,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"title": "Which MLPs a drop takes: position against importance, no training",
            "command": shlex.join([".venv/bin/python", "benchmarks/drop_position.py",
                                   *(argv if argv is not None else sys.argv[1:])]),
-           "code_version": formats.code_version(), "model": a.model, "scores": a.scores, "reference": REFERENCE,
+           "code_version": formats.code_version(), "model": a.model, "model_fingerprint": model_fingerprint(a.model),
+           "scores": a.scores, "reference": REFERENCE,
            "reference_results": a.reference_results,
            "tasks": a.task, "max_length": a.max_length, **measure(a, out)}
     print("\n".join(drop_position_section(doc)))

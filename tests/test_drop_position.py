@@ -43,9 +43,13 @@ def test_drop_position_on_a_tiny_model(tiny_dirs, tmp_path):
     # beside the committed run on SmolLM2 as it ships, this model's run renders as a section of its own
     committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "drop_position.json"
     shutil.copy(committed, results / "drop_position.json")
+    shutil.copy(committed.parent / "dense.json", results / "dense.json")
     lines = render_drop_position(results)
     assert lines[0].startswith("## Which MLPs a drop takes")
     assert f"### The same on `{tiny_dirs['llama']}`" in lines
+    # a model at the dense retriever's path that is another training run is named as such, by its weights
+    assert len(doc["model_fingerprint"]) == 40
+    assert f"(weights {doc['model_fingerprint'][:12]}; not the grid's dense row" in "\n".join(lines)
 
 
 def test_verdict_follows_the_interval():
