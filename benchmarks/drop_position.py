@@ -55,8 +55,7 @@ def model_fingerprint(model: str) -> str:
     from dsprune.eval.mteb_model import fingerprint
     from dsprune.packaged import model_path
 
-    path = Path(model_path(model))
-    return fingerprint(path.parent if path.suffix == ".gguf" else path)
+    return fingerprint(model_path(model))
 
 
 def variants(n_layers: int, early: list[int], late: list[int], drop: int, protect: list[int]) -> dict:

@@ -76,8 +76,7 @@ def run(args: Args) -> int:
                 raise DsPruneError(f"{role} not found: {p}")
             quantize, skip = (args.quantize, args.quantize_skip) if role == "model" else (None, ())
             models[role] = load_encoder(args, path, quantize=quantize, quantize_skip=skip, dtype=dtypes[role])
-            prints[role] = inference_fingerprint(fingerprint(p.parent if path.endswith(".gguf") else p), quantize,
-                                                 skip, dtypes[role])
+            prints[role] = inference_fingerprint(fingerprint(p), quantize, skip, dtypes[role])
         logger.info(f"timing {len(docs)} documents and {len(queries)} queries, {args.repeats} alternating pairs")
         res = speed.bench(models, docs, queries, args.doc_batch, args.doc_len, args.query_batch, args.query_len,
                           args.repeats, args.warmup, args.compile, same_texts=args.same_texts)
@@ -130,7 +129,7 @@ def summary(doc: dict) -> str:
     if first.get("same_texts"):
         lines.append("same texts, each model with its own tokenizer (truncated at the length, padded per batch): "
                      "MFLOP/tok is at the full length; the FLOP ratio counts each model's own padded positions")
-    fmt = {n: first[n].get("number_format") or first[n].get("quantize") or "float" for n in ("model", "baseline")}
+    fmt = {n: first[n]["number_format"] for n in ("model", "baseline")}
     lines.append(f"speed-up: median of {first['pairs']} alternating model/baseline pairs (min–max over the pairs)"
                  + ("" if first["flop_bound"] else f"; the model computes in {fmt['model']}, the baseline in "
                     f"{fmt['baseline']}: the FLOP ratio counts the same multiply-adds and does not bound the "

@@ -55,8 +55,10 @@ def query_prompt(config, task: str | None, instruction: str | None, task_type: s
 
 def fingerprint(folder: str | Path) -> str:
     """SHA-1 over a model folder's weights (the Dense head's too), config and encoder config: one value per
-    checkpoint."""
+    checkpoint. A GGUF file stands for the folder it lies in, as ``Encoder.load`` reads it."""
     folder = Path(folder)
+    if folder.suffix == ".gguf":
+        folder = folder.parent
     h = hashlib.sha1()
     names = sorted(p for p in folder.iterdir() if p.is_file() and (
         p.suffix in (".safetensors", ".bin", ".gguf") or p.name in ("config.json", "dsprune_encoder.json",
