@@ -17,7 +17,7 @@ FORMATS = ("int8", "bf16")      # the results files' prefixes, <format>_machine_
 def format_label(d: dict, fmt: str) -> str:
     """``int8 (down_proj float32)`` or ``bfloat16``: what the row's model computed in."""
     if fmt == "bf16":
-        return d.get("dtype", {}).get("model", "bfloat16")
+        return d["dtype"]["model"]
     kept = ", ".join(d.get("quantize_skip") or [])
     return f"int8 ({kept} float32)" if kept else "int8"
 
