@@ -75,7 +75,8 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                               "distill.lora_alpha": 64, "distill.freeze": None, "distill.gradient_checkpointing": True},
                           "rows": {"drop + distill": "1.6× plan: drop + distill (LoRA)",
                                    "drop only": "1.6× plan: drop only",
-                                   "drop + distill + int8": "1.6× plan: drop + distill (LoRA) + int8"}},
+                                   "drop + distill + int8": "1.6× plan: drop + distill (LoRA) + int8",
+                                   "drop + distill + bf16": "1.6× plan: drop + distill (LoRA) + bf16"}},
             # the 1.6x run's plan and LoRA distillation, longer (its curve flattens at 140 steps only as the learning
             # rate decays) and over more unlabelled text: every SciFact abstract and the MS MARCO subset's passages,
             # the corpus the table's MS MARCO column retrieves from, which the recipe's text lacks; checkpoints every
@@ -86,7 +87,8 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                                "share_from": "1.6x-lora", "share": ("plan", "drop", "eval-drop"),
                                "versus": ("1.6x-lora",),
                                "rows": {"drop + distill": "1.6× plan: drop + distill (LoRA), 600 steps",
-                                        "drop + distill + int8": "1.6× plan: drop + distill (LoRA) + int8, 600 steps"}},
+                                        "drop + distill + int8": "1.6× plan: drop + distill (LoRA) + int8, 600 steps",
+                                        "drop + distill + bf16": "1.6× plan: drop + distill (LoRA) + bf16, 600 steps"}},
             # a variant's second seed: its ``base`` run's recipe and options, and its untrained stages; ``versus``
             # pairs its trained model with other runs' at the same seed (the comparisons its base makes at 42)
             "last-seed2": {"label": "drop-last-k, second training seed", "base": "last", "set": {"distill.seed": 43},
@@ -101,7 +103,8 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
             "1.6x-lora-seed2": {"label": "1.6× plan, distillation through LoRA, second training seed",
                                 "base": "1.6x-lora", "set": {"distill.seed": 43},
                                 "rows": {"drop + distill": "1.6× plan: drop + distill (LoRA), seed 43",
-                                         "drop + distill + int8": "1.6× plan: drop + distill (LoRA) + int8, seed 43"},
+                                         "drop + distill + int8": "1.6× plan: drop + distill (LoRA) + int8, seed 43",
+                                         "drop + distill + bf16": "1.6× plan: drop + distill (LoRA) + bf16, seed 43"},
                                 "share": ("plan", "drop", "eval-drop")},
             "distill-lora-seed2": {"label": "distillation through LoRA, second training seed", "base": "distill-lora",
                                    "set": {"distill.seed": 43},
@@ -117,7 +120,10 @@ SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm", "bench
 # the pair that says whether the distillation recovers anything, paired per query within one run
 RECOVERY = ("eval", "eval-drop")
 # the evaluation stages whose models a variant's ``rows`` may name, by the main run's label of each
-ROW_STAGES = (("eval", "drop + distill"), ("eval-drop", "drop only"), ("eval-int8", "drop + distill + int8"))
+ROW_STAGES = (("eval", "drop + distill"), ("eval-drop", "drop only"), ("eval-int8", "drop + distill + int8"),
+              ("eval-bf16", "drop + distill + bf16"))
+# the distilled model in another number format: results key -> its eval and bench stages
+PRECISIONS = {"int8": ("eval-int8", "bench-int8"), "bf16": ("eval-bf16", "bench-bf16")}
 
 
 def base_of(variant: str) -> str:
@@ -214,9 +220,10 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
     bench = formats.read_json(bench, "bench") if bench.is_file() else {}
     doc["bench_pairs"] = {k: bench[k]["speedup_pairs"] for k in ("document", "query")
                           if "speedup_pairs" in bench.get(k, {})}
-    doc["int8"] = None
-    if (out / "bench-int8" / formats.BENCH).is_file():
-        doc["int8"] = {**machine_bench(out / "bench-int8"), "against_float": paired(out / "eval", out / "eval-int8")}
+    for key, (evaluated, benched) in PRECISIONS.items():
+        doc[key] = None
+        if (out / benched / formats.BENCH).is_file():
+            doc[key] = {**machine_bench(out / benched), "against_float": paired(out / "eval", out / evaluated)}
     doc["recovery"] = recovery(out)
     if variant and VARIANTS[variant].get("pair_main", True):
         doc["against_main"] = against_main(main or out_of(base_of(variant)), out, variant)

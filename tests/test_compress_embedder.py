@@ -36,7 +36,7 @@ def test_slim_recipe_adds_slimming_to_the_same_pipeline():
     assert by["eval-drop"].args["model"] == "${export-mask}"
     for name in ce.SHARED_STAGES:
         assert by[name].args == main_by[name].args
-    for name in ("eval", "bench", "eval-full", "eval-minilm", "eval-int8", "bench-int8"):
+    for name in ("eval", "bench", "eval-full", "eval-minilm", "eval-int8", "bench-int8", "eval-bf16", "bench-bf16"):
         assert by[name].args == main_by[name].args
 
 
@@ -131,44 +131,62 @@ def test_a_variant_with_its_own_recipe_joins_the_table(tmp_path):
     assert "slims the kept MLPs by 0.5" in section
 
 
-def test_the_int8_row_is_the_distilled_model_benched_against_the_float_unpruned_model():
+def test_the_int8_and_bf16_rows_are_the_distilled_model_benched_against_the_float_unpruned_model():
     _, stages = load_recipe(ce.RECIPE)
     by = {s.name: s for s in stages}
     for name in ("eval-int8", "bench-int8"):
         assert by[name].args["model"] == "${distill}/model" and by[name].args["quantize"] == "int8"
         assert by[name].args["quantize_skip"] == ["down_proj"]
-    assert by["bench-int8"].args["baseline"] == "embeddinggemma-300m"
+    for name in ("eval-bf16", "bench-bf16"):
+        assert by[name].args["model"] == "${distill}/model" and by[name].args["dtype"] == "bfloat16"
+    assert by["bench-bf16"].args["baseline_dtype"] == "float32"
+    assert by["bench-int8"].args["baseline"] == by["bench-bf16"].args["baseline"] == "embeddinggemma-300m"
     report = by["report"].args
-    assert dict(zip(report["results"], report["labels"]))["${eval-int8}"] == "drop + distill + int8"
-    assert "${bench-int8}" in report["bench"]
+    labels = dict(zip(report["results"], report["labels"]))
+    assert labels["${eval-int8}"] == "drop + distill + int8" and labels["${eval-bf16}"] == "drop + distill + bf16"
+    assert {"${bench-int8}", "${bench-bf16}"} <= set(report["bench"])
 
 
-def test_a_milder_plan_with_int8_joins_the_table_unpaired_with_the_main_run(tmp_path):
+def _bench(vout, name, settings, machine=True):
+    bench = {k: {"speedup": 2.1, "pairs": 3, "flop_ratio": 1.6, "flop_bound": 1.6, "batch_size": 16, "length": 256,
+                 "texts": 64, "speedup_pairs": {"median": 2.1, "min": 2.0, "max": 2.2, "ratios": [2.0, 2.1, 2.2]}}
+             for k in ("document", "query")}
+    bench.update(settings=settings, threads=2)
+    if machine:
+        bench["machine"] = {"cpu": "Some CPU", "cpu_capability": "AVX512", "cpu_isa": ["avx512f", "amx_bf16"],
+                            "logical_cpus": 2}
+    (vout / name / "bench.json").write_text(json.dumps(bench))
+
+
+def test_a_milder_plan_with_int8_and_bf16_joins_the_table_unpaired_with_the_main_run(tmp_path):
     """The 1.6x variant's plan differs from the main run's, so its models are not paired with the main run's;
-    its int8 row comes with the CPU it was timed on, and a bench without that record is refused."""
+    its int8 and bfloat16 rows come with the CPU they were timed on, and a bench without that record is refused."""
     out, results = _fake_run(tmp_path), tmp_path / "results"
     results.mkdir()
     ce.collect({}, out, results)
     vout = _fake_run(tmp_path, out_name="out-mild", renamed={"eval": ("drop + distill", 0.78),
-                                                             "eval-int8": ("drop + distill + int8", 0.5)})
-    bench = {k: {"speedup": 2.1, "pairs": 3, "flop_ratio": 1.6, "flop_bound": 1.6, "batch_size": 16, "length": 256,
-                 "texts": 64, "speedup_pairs": {"median": 2.1, "min": 2.0, "max": 2.2, "ratios": [2.0, 2.1, 2.2]}}
-             for k in ("document", "query")}
-    bench.update(settings={"quantize": "int8", "quantize_skip": ["down_proj"]}, threads=2)
-    (vout / "bench-int8" / "bench.json").write_text(json.dumps(bench))
+                                                             "eval-int8": ("drop + distill + int8", 0.5),
+                                                             "eval-bf16": ("drop + distill + bf16", 0.77)})
+    _bench(vout, "bench-int8", {"quantize": "int8", "quantize_skip": ["down_proj"]}, machine=False)
     with pytest.raises(SystemExit, match="bench-int8.*predates the machine record"):
         ce.collect({}, vout, results, "1.6x-lora", main=out)
-    bench["machine"] = {"cpu": "Some CPU", "cpu_capability": "AVX2", "cpu_isa": ["avx2"], "logical_cpus": 2}
-    (vout / "bench-int8" / "bench.json").write_text(json.dumps(bench))
+    _bench(vout, "bench-int8", {"quantize": "int8", "quantize_skip": ["down_proj"]})
+    _bench(vout, "bench-bf16", {"dtype": "bfloat16", "baseline_dtype": "float32"})
     vdoc = json.loads(ce.collect({}, vout, results, "1.6x-lora", main=out).read_text())
     assert "against_main" not in vdoc and vdoc["int8"]["speed"]["document"]["speedup"] == 2.1
+    assert vdoc["bf16"]["dtype"] == {"model": "bfloat16", "baseline": "float32"}
     cost = vdoc["int8"]["against_float"]["mean_delta"]
     assert cost["high"] < 0      # 0.5 against 0.78
+    bf16_cost = vdoc["bf16"]["against_float"]["mean_delta"]
     section = render.render(results, tmp_path / "RESULTS.md")
     assert "| 1.6× plan: drop + distill (LoRA) + int8 |" in section and "| 1.6× plan: drop only |" in section
-    assert "benched against the float32 unpruned model in one run on Some CPU (torch kernels AVX2, 2 threads)" \
+    assert "| 1.6× plan: drop + distill (LoRA) + bf16 |" in section
+    assert "benched against the float32 unpruned model in one run on Some CPU (torch kernels AVX512, 2 threads)" \
         in section and "(`down_proj` kept float32)" in section
     assert f"int8 − the same model in float32, paired per query, mean over the tasks: {interval(cost)}" in section
+    assert "**bfloat16** (`eval-bf16`, `bench-bf16`): the distilled model computed in bfloat16" in section
+    assert f"bfloat16 − the same model in float32, paired per query, mean over the tasks: {interval(bf16_cost)}" \
+        in section
 
 
 def _with_seed(out, seed):

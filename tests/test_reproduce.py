@@ -247,6 +247,22 @@ def test_module_claim_checks_mlp_rows_against_block_rows_with_their_sizes(tmp_pa
     assert "Drop-15M (134.5M) −" not in text                         # t1-8b is pending: no check
 
 
+def test_drop15m_with_the_first_layers_protected_is_the_same_drop_kept_out_of_them_and_paired_with_it(tmp_path):
+    """Whether a collapsed drop collapses because of where it cuts: the same scores and count, layers 0-3 kept, the
+    same training; its check against Drop-15M is a seeded claim like the others."""
+    stages = {s["name"]: s for s in rows.ROWS["t2-15m-p4"].stages(inputs.Ctx(reproduce.parse([]), symbolic=True))}
+    plain = {s["name"]: s for s in rows.ROWS["t2-15m"].stages(inputs.Ctx(reproduce.parse([]), symbolic=True))}
+    assert stages["base-drop15m-p4"]["args"] == {**plain["base-drop15m"]["args"], "protect": "4"}
+    assert ({k: v for k, v in stages["t2-15m-p4-train"]["args"].items() if k != "model"}
+            == {k: v for k, v in plain["t2-15m-train"]["args"].items() if k != "model"})
+    assert rows.ROWS["t2-15m-p4"].label == "Drop-15M, first 4 protected"
+    results, docs = _grid(tmp_path, {"dense": 0.6, "t2-15m": 0.05, "t2-15m-p4": 0.3})
+    text = render.render(results, tmp_path / "RESULTS.md")
+    assert ("- the first 4 layers kept out of the drop or not, then the dense budget: Drop-15M, first 4 protected "
+            f"(134.5M) − Drop-15M (134.5M) on scifact_small: {_interval(docs, 't2-15m-p4', 't2-15m', 'scifact_small')}"
+            ) in text
+
+
 def test_distilled_rows_change_only_the_recovery():
     """The self-distilled rows start from the very stages of the rows they answer (the same folders), and only
     their last training differs: a distillation from the dense retriever, the slimming mask held."""

@@ -480,7 +480,7 @@ def render_compress(results: Path, md: Path) -> list[str]:
            f"{dist['first']['loss']:.4f} at the first step, {dist['last']['loss']:.4f} at the last.",
            "- **Confound:** the distillation text holds passages of the SciFact corpus (scifact_small's documents "
            "are a subset) and the FinanceBench corpus, unlabelled; no test query or test label."]
-    out += int8_lines(d, "- ")
+    out += precision_lines(d, "- ")
     out += curve_lines(d, variants, table)
     named = {v["variant"]["name"]: v for v in variants}
     for v in variants:
@@ -499,7 +499,7 @@ def render_compress(results: Path, md: Path) -> list[str]:
             out.append(f"  - **Confound:** its distillation text adds {', '.join(added)}, unlabelled; where one is a "
                        "corpus the tables evaluate on, the student has seen its documents, never its test queries or "
                        "labels.")
-        out += int8_lines(v, "  - ")
+        out += precision_lines(v, "  - ")
         for label, a in (v.get("against_main") or {}).items():
             out.append(f"  - {label} − {a['against']}, paired per query, mean over the tasks: "
                        f"{interval(a['mean_delta'])}"
@@ -570,20 +570,26 @@ def curve_lines(d: dict, variants: list[dict], table: dict) -> list[str]:
     return out
 
 
-def int8_lines(doc: dict, bullet: str) -> list[str]:
-    """How a run's int8 row was made and on which CPU it was timed: int8's speed-up is that CPU's kernels'."""
-    q = doc.get("int8")
-    if not q:
-        return []
-    m = q["machine"]
-    kept = ", ".join(f"`{x}`" for x in q["quantize_skip"])
-    return [f"{bullet}**int8** (`eval-int8`, `bench-int8`): the distilled model with dynamic int8 Linear layers"
-            + (f" ({kept} kept float32)" if kept else "") + ", benched against the float32 unpruned model in one "
-            f"run on {m['cpu']} (torch kernels {m['cpu_capability']}, {q['threads']} threads); int8's speed-up is "
-            "this CPU's (*int8 and bfloat16 per machine*)."
-            + (f" int8 − the same model in float32, paired per query, mean over the tasks: {interval(d['mean_delta'])} "
-               "(nothing trained between the two: the interval is over queries)." if (d := q.get("against_float"))
-               else "")]
+def precision_lines(doc: dict, bullet: str) -> list[str]:
+    """How a run's int8 and bfloat16 rows were made and on which CPU each was timed: their speed-ups are that CPU's
+    kernels'."""
+    out = []
+    for key, stages, made in (
+            ("int8", "`eval-int8`, `bench-int8`", "with dynamic int8 Linear layers"),
+            ("bf16", "`eval-bf16`, `bench-bf16`", "computed in bfloat16 (weights cast at load)")):
+        q = doc.get(key)
+        if not q:
+            continue
+        m, name = q["machine"], "int8" if key == "int8" else "bfloat16"
+        kept = ", ".join(f"`{x}`" for x in q["quantize_skip"])
+        out.append(f"{bullet}**{name}** ({stages}): the distilled model {made}"
+                   + (f" ({kept} kept float32)" if kept else "") + ", benched against the float32 unpruned model in "
+                   f"one run on {m['cpu']} (torch kernels {m['cpu_capability']}, {q['threads']} threads); {name}'s "
+                   "speed-up is this CPU's (*int8 and bfloat16 per machine*)."
+                   + (f" {name} − the same model in float32, paired per query, mean over the tasks: "
+                      f"{interval(d['mean_delta'])} (nothing trained between the two: the interval is over queries)."
+                      if (d := q.get("against_float")) else ""))
+    return out
 
 
 def recovery_of(v: dict, main: dict) -> str:

@@ -24,7 +24,8 @@ EFFIR_PAIRS = [("effir", "t2-19m"), ("effir-4m", "t2-8m")]   # (drop + slim, dee
 # choose blocks at least as well as cutting the last ones
 DROP_PAIRS = [("t1-15m", "t1-8b", "MLPs vs blocks, no recovery training"),
               ("t2-8m", "t2-8b", "MLPs vs blocks, then the dense budget"),
-              ("t2-15b", "t2-last15b", "blocks by importance vs the last blocks, then the dense budget")]
+              ("t2-15b", "t2-last15b", "blocks by importance vs the last blocks, then the dense budget"),
+              ("t2-15m-p4", "t2-15m", "the first 4 layers kept out of the drop or not, then the dense budget")]
 # the recovery alone changes, (row, rival, question): the same dropped (and slimmed) SmolLM2 after the dense
 # budget's InfoNCE training or after self-distillation from the dense retriever in about its training time
 RECOVERY_PAIRS = [("sd-15m", "t2-15m", "self-distillation vs InfoNCE, Drop-15M"),
@@ -179,17 +180,20 @@ class Row:
 DROPS = {"4a": {"drop_attn": 4}, "8a": {"drop_attn": 8}, "15a": {"drop_attn": 15}, "4b": {"drop_blocks": 4},
          "8b": {"drop_blocks": 8}, "15b": {"drop_blocks": 15}, "last15b": {"drop_last": 15},
          "4m": {"drop_mlp": 4}, "8m": {"drop_mlp": 8}, "15m": {"drop_mlp": 15}, "19m": {"drop_mlp": 19},
-         "15m8a": {"drop_mlp": 15, "drop_attn": 8}}
+         "15m8a": {"drop_mlp": 15, "drop_attn": 8}, "15m-p4": {"drop_mlp": 15, "protect": "4"}}
 
 
 def drop_label(tag: str) -> str:
-    return "Drop-" + tag.upper().replace("LAST", "Last")
+    head, _, protect = tag.partition("-p")
+    return "Drop-" + head.upper().replace("LAST", "Last") + (f", first {protect} protected" if protect else "")
 
 
 def drop_what(tag: str) -> str:
     parts = {"drop_attn": "{} attention", "drop_blocks": "{} blocks", "drop_mlp": "{} MLPs",
              "drop_last": "the last {} blocks"}
-    return " + ".join(parts[k].format(n) for k, n in DROPS[tag].items())
+    counts = " + ".join(parts[k].format(n) for k, n in DROPS[tag].items() if k in parts)
+    protect = DROPS[tag].get("protect")
+    return counts + (f" by importance, layers 0 to {int(protect) - 1} kept" if protect else "")
 
 
 def t1_core(tag: str):
@@ -289,7 +293,7 @@ def _rows() -> dict[str, Row]:
     for tag in ("4a", "8a", "4b", "8b", "4m", "8m", "15m"):
         rows.append(Row(f"t1-{tag}", drop_label(tag), f"dense retriever, drop {drop_what(tag)}, no training",
                         t1_core(tag)))
-    for tag in ("8a", "15a", "8b", "15b", "last15b", "8m", "15m", "19m", "15m8a"):
+    for tag in ("8a", "15a", "8b", "15b", "last15b", "8m", "15m", "15m-p4", "19m", "15m8a"):
         rows.append(Row(f"t2-{tag}", drop_label(tag), f"SmolLM2, drop {drop_what(tag)}, then the dense budget",
                         t2_core(f"t2-{tag}", tag), bench="model" if tag in ("8m", "15m", "19m") else None,
                         headline=tag == "15m"))
@@ -347,7 +351,8 @@ TABLES = [
           ["dense"] + [f"t1-{t}" for t in ("4a", "8a", "4b", "8b", "4m", "8m", "15m")],
           "Layers scored once on the dense retriever (`dense-score`); the same scores pick every drop."),
     Table("effir-t2", "EffiR Table 2: dropping, then the same training budget", "dense",
-          ["dense"] + [f"t2-{t}" for t in ("8a", "15a", "8b", "15b", "last15b", "8m", "15m", "19m", "15m8a")],
+          ["dense"] + [f"t2-{t}" for t in ("8a", "15a", "8b", "15b", "last15b", "8m", "15m", "15m-p4", "19m",
+                                           "15m8a")],
           "Layers scored once on SmolLM2 (`base-score`); every variant then trains with exactly the dense row's "
           "options (train.yaml of benchmarks/train_dense.py). *full* is the dense row: SmolLM2 trained with that "
           "same budget.", {"dense": "full (= dense)"}),
