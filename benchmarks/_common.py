@@ -178,6 +178,27 @@ def keep_results(doc: dict, out: Path, results: Path, name: str) -> Path:
     return dest
 
 
+def results_name(base: str, model: str) -> str:
+    """One results file per model: ``BASE`` for SmolLM2 as it ships, ``BASE_dense`` for the grid's dense retriever's
+    path, else ``BASE_<model folder>``, so a run on another model keeps the others."""
+    from .grid.inputs import DEFAULT_DENSE
+
+    if model == "smollm2":
+        return base
+    if Path(model).resolve() == Path(DEFAULT_DENSE).resolve():
+        return f"{base}_dense"
+    return f"{base}_{Path(model).name.lower().replace(', ', '-').replace(' ', '-')}"
+
+
+def model_fingerprint(model: str) -> str:
+    """The weights' content id, so a reader can tell a retrained dense retriever from the grid's (both live at
+    the same path)."""
+    from dsprune.eval.mteb_model import fingerprint
+    from dsprune.packaged import model_path
+
+    return fingerprint(model_path(model))
+
+
 def rerender() -> None:
     """RESULTS.md from the committed results; a failed render leaves it as it was (the results are kept)."""
     from dsprune.errors import DsPruneError

@@ -13,7 +13,7 @@ decision at ``--sparsity`` differs from magnitude's (``budget.keep_top``, the gl
 uses). For each statistics run and MLP matrix kind: the share of weights with F_dom − β·F_gen < 0, and how
 negative the Fisher term gets against γ·√|θ| (r = (F_dom − β·F_gen)·|θ| / (γ·√|θ|); r < −1 makes Eq. 5's
 score negative, below every weight it keeps). A statistics run is reused while its options are unchanged.
-Writes ``benchmarks/results/dai_modes.json`` with the command that made it.
+Writes ``benchmarks/results/dai_modes[_<model>].json`` (``_common.results_name``) with the command that made it.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from typing import NamedTuple
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import BIN, REPO, launch_env, sh  # noqa: E402
+from benchmarks._common import BIN, REPO, launch_env, model_fingerprint, results_name, sh  # noqa: E402
 
 ALPHA, BETA, GAMMA = 0.2, 1.0, 0.5       # Eq. 5's, as the paper sets them
 
@@ -195,10 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sparsity", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(REPO / "out" / "dai_modes"))
-    ap.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "dai_modes.json"))
+    ap.add_argument("--results", default=None, help="results file (default: benchmarks/results/dai_modes.json "
+                    "for smollm2, dai_modes_dense.json for the grid's dense retriever, else dai_modes_<model folder>"
+                    ".json)")
     a = ap.parse_args(argv)
     t0 = time.time()
-    doc = {"title": "DAI modes against magnitude", "model": a.model, "general": a.general, "domain": a.domain,
+    a.results = a.results or str(REPO / "benchmarks" / "results" / f"{results_name('dai_modes', a.model)}.json")
+    doc = {"title": "DAI modes against magnitude", "model": a.model, "model_fingerprint": model_fingerprint(a.model),
+           "general": a.general, "domain": a.domain,
            "max_triplets": a.max_triplets, "max_length": a.max_length, "sparsity": a.sparsity,
            "alpha": ALPHA, "beta": BETA, "gamma": GAMMA, **measure(a, Path(a.out))}
     shared = str(data_dir())

@@ -23,7 +23,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO  # noqa: E402
+from benchmarks._common import REPO, model_fingerprint, results_name  # noqa: E402
 from benchmarks.int8_padding import stage  # noqa: E402
 from dsprune import formats  # noqa: E402
 
@@ -36,26 +36,6 @@ GRID_SCORES = {"out/train_dense/run/model": "benchmarks/results/drop_order/dense
 
 def slug(label: str) -> str:
     return label.lower().replace(", ", "-").replace(" ", "-")
-
-
-def results_name(model: str) -> str:
-    """One results file per model, so a run on the dense retriever keeps the one on SmolLM2 as it ships."""
-    from benchmarks.grid.inputs import DEFAULT_DENSE
-
-    if model == "smollm2":
-        return NAME
-    if Path(model).resolve() == Path(DEFAULT_DENSE).resolve():
-        return f"{NAME}_dense"
-    return f"{NAME}_{slug(Path(model).name)}"
-
-
-def model_fingerprint(model: str) -> str:
-    """The weights' content id, so a reader can tell a retrained dense retriever from the grid's (both live at
-    the same path)."""
-    from dsprune.eval.mteb_model import fingerprint
-    from dsprune.packaged import model_path
-
-    return fingerprint(model_path(model))
 
 
 def variants(n_layers: int, early: list[int], late: list[int], drop: int, protect: list[int]) -> dict:
@@ -159,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
            "reference_results": a.reference_results,
            "tasks": a.task, "max_length": a.max_length, **measure(a, out)}
     print("\n".join(drop_position_section(doc)))
-    keep_results(doc, out, Path(a.results), a.name or results_name(a.model))
+    keep_results(doc, out, Path(a.results), a.name or results_name(NAME, a.model))
     if not a.no_render:
         rerender()
     return 0

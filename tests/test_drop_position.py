@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 from benchmarks import drop_position
+from benchmarks._common import results_name
 from benchmarks.grid.render_drop_position import drop_position_section, render_drop_position, verdict
 from train_helpers import write_beir
 
@@ -19,8 +20,8 @@ def test_drop_position_on_a_tiny_model(tiny_dirs, tmp_path):
             "--drop_mlp", "2", "--protect", "2", "--task", f"tiny={beir}", "--max_length", "32", "--threads", "1",
             "--out", str(tmp_path / "out"), "--results", str(results), "--no_render"]
     assert drop_position.main(argv) == 0
-    name = drop_position.results_name(str(tiny_dirs["llama"]))
-    assert name.startswith("drop_position_") and drop_position.results_name("smollm2") == "drop_position"
+    name = results_name(drop_position.NAME, str(tiny_dirs["llama"]))
+    assert name.startswith("drop_position_") and results_name(drop_position.NAME, "smollm2") == "drop_position"
     doc = json.loads((results / f"{name}.json").read_text())
     assert {k: v["drop_mlp"] for k, v in doc["variants"].items()} == {
         "MLPs 1": [1], "MLPs 2": [2], "Drop-2M": [1, 3], "Drop-2M, first 2 protected": [2, 3]}

@@ -40,3 +40,39 @@ def test_mask_difference_and_fisher_tail_by_hand():
     keep = {"l.0.mlp.up_proj.weight": torch.tensor([[True, False], [True, False]])}
     ref = {"l.0.mlp.up_proj.weight": torch.tensor([[True, True], [False, False]])}
     assert differs(keep, ref) == (0.5, {"up_proj": 0.5})
+
+
+def test_dai_modes_keeps_one_results_file_per_model_and_names_a_retrained_dense_model(tiny_dirs, tmp_path):
+    """benchmarks/dai_modes.py end to end on a tiny model: its own results file beside SmolLM2's, the weights
+    fingerprint kept, and a section of its own that says its weights are not the grid's dense row's."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from benchmarks import dai_modes
+    from benchmarks._common import results_name
+    from benchmarks.grid.render_dai_modes import render_dai_modes
+
+    trip = [{"query": f"question {i} about topic {i}", "positive": f"topic {i} is explained here",
+             "negative": f"unrelated note {i}"} for i in range(4)]
+    gen, dom = tmp_path / "gen.jsonl", tmp_path / "dom.jsonl"
+    gen.write_text("".join(json.dumps(t) + "\n" for t in trip))
+    dom.write_text("".join(json.dumps({**t, "query": "finance " + t["query"]}) + "\n" for t in trip))
+    results = tmp_path / "results"
+    model = str(tiny_dirs["llama"])
+    name = results_name("dai_modes", model)
+    assert name.startswith("dai_modes_") and results_name("dai_modes", "smollm2") == "dai_modes"
+    assert dai_modes.main(["--model", model, "--general", str(gen), "--domain", str(dom), "--max_triplets", "4",
+                           "--max_length", "32", "--out", str(tmp_path / "out"),
+                           "--results", str(results / f"{name}.json")]) == 0
+    doc = json.loads((results / f"{name}.json").read_text())
+    assert len(doc["model_fingerprint"]) == 40 and {m["name"] for m in doc["modes"]} >= {"eq4", "reference"}
+    committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    shutil.copy(committed / "dai_modes.json", results / "dai_modes.json")
+    shutil.copy(committed / "dense.json", results / "dense.json")
+    text = "\n".join(render_dai_modes(results, {}))
+    grid = json.loads((committed / "dense.json").read_text())["model_fingerprint"]
+    assert text.startswith("## DAI modes against magnitude") and f"### The same on `{model}`" in text
+    assert (f"(weights {doc['model_fingerprint'][:12]}; not the grid's dense row, {grid[:12]}: another training run, "
+            "whose masks are not the grid rows' masks)") in text
+    assert f"[{name}.json](results/{name}.json)" in text and "[dai_modes.json](results/dai_modes.json)" in text

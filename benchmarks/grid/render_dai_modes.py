@@ -9,9 +9,10 @@ import os
 import shlex
 from pathlib import Path
 
-from .section import section_result
+from .section import grid_dense_fingerprint, model_with_weights, model_words, section_result
 
-MODES_JSON = "dai_modes.json"
+MODES_JSON = "dai_modes.json"            # SmolLM2 as it ships
+MODES_OTHERS = "dai_modes_*.json"         # every other model, by benchmarks._common.results_name
 
 
 def _options(command: str) -> dict[str, str]:
@@ -65,25 +66,40 @@ def rows_used(docs: dict) -> str:
 
 
 def render_dai_modes(results: Path, docs: dict) -> list[str]:
-    """The section of RESULTS.md: every mode's mask against magnitude's, and the negative Fisher tail."""
-    p = results / MODES_JSON
-    d = section_result(p, {"title", "command", "runs", "modes", "tails", "sparsity"},
-                       "benchmarks/dai_modes.py")
-    if d is None:
-        return []
+    """The section of RESULTS.md: every mode's mask against magnitude's, and the negative Fisher tail, on SmolLM2
+    as it ships (``dai_modes.json``) and below it on every other model measured (``dai_modes_<model>.json``)."""
+    found = [(p, d) for p in [results / MODES_JSON, *sorted(results.glob(MODES_OTHERS))]
+             if (d := section_result(p, {"title", "command", "runs", "modes", "tails", "sparsity"},
+                                     "benchmarks/dai_modes.py"))]
+    grid_dense = grid_dense_fingerprint(results)
+    out = []
+    for i, (_, d) in enumerate(found):
+        out += dai_modes_section(d, docs, None if i == 0 else f"### The same on {model_words(d)}", grid_dense)
+    if found:
+        out += ["Source: " + ", ".join(f"[{p.name}]({os.path.relpath(p, results.parent)})" for p, _ in found) + ".",
+                ""]
+    return out
+
+
+def dai_modes_section(d: dict, docs: dict, heading: str | None, grid_dense: str | None) -> list[str]:
     runs = d["runs"]
     pct = f"{d['sparsity']:.0%}"
-    out = [f"## {d['title']}", "",
-           f"`{d['command']}` ({d.get('code_version')}). Which DAI the rows above used, read from their stage "
-           f"commands: {rows_used(docs) or 'no DAI row finished'}.", "",
-           f"Statistics: two `dsprune dai` runs on `{d['model']}` with at most {d['max_triplets']} triplets per set "
+    model = model_with_weights(d, grid_dense, "whose masks are not the grid rows' masks")
+    on_grid_dense = d.get("model_fingerprint") is not None and d.get("model_fingerprint") == grid_dense
+    out = [heading or f"## {d['title']}", "",
+           f"`{d['command']}` ({d.get('code_version')})."
+           + ("" if heading else " Which DAI the rows above used, read from their stage commands: "
+              f"{rows_used(docs) or 'no DAI row finished'}."), "",
+           f"Statistics: two `dsprune dai` runs on {model} with at most {d['max_triplets']} triplets per set "
            f"(drawn seeded, no k-means) from {', '.join(f'`{g}`' for g in d['general'])} (general) and "
            f"{', '.join(f'`{g}`' for g in d['domain'])} (domain), ≤ {d['max_length']} tokens: "
            + "; ".join(f"*{name}* (`{r['command']}`, {r['n_general']} + {r['n_domain']} triplets)"
                        for name, r in runs.items())
-           + ". Every mode is recomputed from them. The grid's DAI rows scored the dense retriever, whose "
-           "statistics are not kept (`out/` is not committed): these show what each mode does to a mask of this "
-           "model, not the rows' own masks.", "",
+           + ". Every mode is recomputed from them. "
+           + ("The grid's DAI rows scored this model with other triplets (k-means sampled); their statistics are "
+              "not kept (`out/` is not committed)." if on_grid_dense else
+              "The grid's DAI rows scored the grid's dense retriever, whose statistics are not kept (`out/` is not "
+              "committed): these show what each mode does to a mask of this model, not the rows' own masks."), "",
            f"| mode | statistics | alignment | scoring | Fisher term / γ·√\\|θ\\| | decision differs from "
            f"magnitude at {pct} | gate / up / down | what |", "|---|---|---|---|---|---|---|---|"]
     for m in d["modes"]:
@@ -110,4 +126,4 @@ def render_dai_modes(results: Path, docs: dict) -> list[str]:
             "have r < −1. What separates an Eq. 5 mode's mask from magnitude's is its alignment factor"
             + (f" (consistency {by['consistency']:.2%}, Eq. 4 {by['eq4']:.2%} of the decisions)"
                if {"consistency", "eq4"} <= set(by) else "") + "; the reference code's z-scores each matrix."]
-    return out + ["", f"Source: [{MODES_JSON}]({os.path.relpath(p, results.parent)}).", ""]
+    return out + [""]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from dsprune.report import compare
 
-from .section import section_result
+from .section import grid_dense_fingerprint, model_with_weights, model_words, section_result
 
 RESULTS_FILES = "drop_position*.json"     # one per model: SmolLM2 as it ships, the dense retriever, ...
 
@@ -16,16 +16,12 @@ def render_drop_position(results: Path) -> list[str]:
     docs = [d for p in sorted(results.glob(RESULTS_FILES))
             if (d := section_result(p, {"title", "command", "report", "model", "variants", "contrasts"},
                                     "benchmarks/drop_position.py"))]
-    dense = section_result(results / "dense.json", {"model_fingerprint"}, "benchmarks/reproduce.py")
+    grid_dense = grid_dense_fingerprint(results)
     out = []
     for i, d in enumerate(docs):
         out += drop_position_section(d, heading=None if i == 0 else f"### The same on {model_words(d)}",
-                                     grid_dense=dense["model_fingerprint"] if dense else None)
+                                     grid_dense=grid_dense)
     return out
-
-
-def model_words(d: dict) -> str:
-    return "SmolLM2 as it ships (no retrieval training)" if d["model"] == "smollm2" else f"`{d['model']}`"
 
 
 def verdict(c: dict) -> str:
@@ -40,13 +36,7 @@ def verdict(c: dict) -> str:
 def drop_position_section(d: dict, heading: str | None = None, grid_dense: str | None = None) -> list[str]:
     """``grid_dense``: the fingerprint of the grid's dense retriever, to say whether ``d`` dropped from it."""
     table = d["report"]
-    model = model_words(d)
-    fp = d.get("model_fingerprint")
-    if fp and d["model"] != "smollm2":
-        model += f" (weights {fp[:12]}" + ("" if grid_dense is None else
-                                           ", the grid's dense row" if fp == grid_dense else
-                                           f"; not the grid's dense row, {grid_dense[:12]}: another training run, "
-                                           "whose drops are not the grid rows' models") + ")"
+    model = model_with_weights(d, grid_dense)
     out = [heading or f"## {d['title']}", "", f"`{d['command']}` ({d.get('code_version')}).", "",
            f"Each row drops MLPs of {model} with `dsprune drop` and the scores `{d['scores']}`, then is evaluated "
            f"at ≤ {d['max_length']} tokens with no training. For the pairs every other layer is protected "

@@ -19,6 +19,30 @@ def section_result(p: Path, keys: set[str], made_by: str) -> dict | None:
     return d
 
 
+def grid_dense_fingerprint(results: Path) -> str | None:
+    """The weights fingerprint of the grid's dense row, to tell whether another benchmark's model is that one."""
+    dense = section_result(results / "dense.json", {"model_fingerprint"}, "benchmarks/reproduce.py")
+    return dense["model_fingerprint"] if dense else None
+
+
+def model_words(d: dict) -> str:
+    """The model a benchmark's results document (``model``) ran on, as the sections name it."""
+    return "SmolLM2 as it ships (no retrieval training)" if d["model"] == "smollm2" else f"`{d['model']}`"
+
+
+def model_with_weights(d: dict, grid_dense: str | None, differs: str = "whose drops are not the grid rows' models") -> str:
+    """``model_words`` and, for a model at a path, its weights and whether they are the grid's dense row's
+    (``grid_dense``; else ``differs`` says what that means): the dense retriever's path may hold another training
+    run."""
+    model, fp = model_words(d), d.get("model_fingerprint")
+    if fp and d["model"] != "smollm2":
+        model += f" (weights {fp[:12]}" + ("" if grid_dense is None else
+                                           ", the grid's dense row" if fp == grid_dense else
+                                           f"; not the grid's dense row, {grid_dense[:12]}: another training run, "
+                                           f"{differs}") + ")"
+    return model
+
+
 POOLINGS = {"mean": "mean pooling", "last": "the last token", "cls": "the first token"}
 
 
