@@ -355,7 +355,9 @@ TABLES = [
                                            "15m8a")],
           "Layers scored once on SmolLM2 (`base-score`); every variant then trains with exactly the dense row's "
           "options (train.yaml of benchmarks/train_dense.py). *full* is the dense row: SmolLM2 trained with that "
-          "same budget.", {"dense": "full (= dense)"}),
+          "same budget. *Drop-15M, first 4 protected* is the same drop by importance with layers 0 to 3 kept out "
+          "of it (`--protect 4`; *Which MLPs a drop takes* lists the MLPs each drop takes).",
+          {"dense": "full (= dense)"}),
     Table("effir-t3", "EffiR Table 3: coarse-to-fine (15M + 30% slimming) vs deeper dropping (19M)", "dense",
           ["dense", "t2-15m", "t2-19m", "effir"],
           "Speed-ups: `dsprune bench` of each model against the full SmolLM2 in one process.",
@@ -363,7 +365,7 @@ TABLES = [
     Table("effir-t3-mild", "EffiR Table 3 at a milder point: 4M + 15% slimming vs 8M", "dense",
           ["dense", "t2-8m", "effir-4m"],
           "The same comparison where SmolLM2 still trains under the dense budget (the rows with 15 MLPs dropped do "
-          "not; *Which MLPs a drop takes* tests whether their number or their position matters). Slimming 15% of "
+          "not, with or without the first 4 layers protected: Table 2). Slimming 15% of "
           "the 26 kept MLPs' neurons removes about 4 MLPs' worth, so EffiR-4M and Drop-8M have about the same "
           "size; EffiR-4M's training starts from neurons its slimming gates chose by training on the task, so "
           "this is no verdict (*Checks*).",
