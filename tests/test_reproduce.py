@@ -408,6 +408,7 @@ def test_smoke_dense_row_on_tiny_model(tiny_dirs, tmp_path, monkeypatch):
     assert doc["row"] == "dense" and doc["table"] == "baselines"
     assert set(doc["tasks"]["tiny"]["per_query"]["ndcg_at_10"]) == {"q1", "q2", "q3", "q4"}
     assert doc["params"] > 0 and doc["wall_seconds"] > 0 and doc["code_version"]
+    assert doc["collected_on"]["cpu"] and doc["collected_on"]["cpu_capability"]    # rows from two CPUs can be told
     assert doc["stages"][0]["command"].startswith("dsprune eval --model ") and doc["inputs"]["dense"]["fingerprint"]
     assert doc["command"].startswith(".venv/bin/python benchmarks/reproduce.py --rows dense --model ")
     assert "| dense *(ref)* | " in (tmp_path / "RESULTS.md").read_text()

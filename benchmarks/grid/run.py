@@ -19,6 +19,7 @@ from pathlib import Path
 
 from dsprune import formats
 from dsprune.errors import DsPruneError
+from dsprune.eval.speed import machine
 from dsprune.recipe import _REF
 from dsprune.recipe import _argv as recipe_argv
 from dsprune.recipe import run_recipe
@@ -248,6 +249,9 @@ def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, conf
         "compute_seconds": round(sum(s["seconds"] or 0 for s in stage_info), 1),
         "code_version": formats.code_version(), "scaled_settings": SCALED, "model_note": MODEL_NOTE,
         "eval": {"tasks": ctx.tasks, "split": "test", "max_length": ctx.max_length},
+        # the CPU of the run that collected the row (a stage reused from an earlier run may have run elsewhere):
+        # float kernels differ between CPUs, so two rows' training can differ by machine as well as by seed
+        "collected_on": machine(),
     }
 
 
