@@ -76,3 +76,6 @@ def test_dai_modes_keeps_one_results_file_per_model_and_names_a_retrained_dense_
     assert (f"(weights {doc['model_fingerprint'][:12]}; not the grid's dense row, {grid[:12]}: another training run, "
             "whose masks are not the grid rows' masks)") in text
     assert f"[{name}.json](results/{name}.json)" in text and "[dai_modes.json](results/dai_modes.json)" in text
+    worst = max(x["below_minus_one"] for t in doc["tails"].values() for x in t["kinds"].values())
+    assert ("no weight has r < −1" if worst == 0 else f"at most {worst:.1e} of a matrix kind's weights") in \
+        text.split("### The same on")[1]
