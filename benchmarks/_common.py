@@ -178,6 +178,11 @@ def keep_results(doc: dict, out: Path, results: Path, name: str) -> Path:
     return dest
 
 
+def slug(label: str) -> str:
+    """A label or folder name as a file or folder name part: lower case, spaces and ", " as "-"."""
+    return label.lower().replace(", ", "-").replace(" ", "-")
+
+
 def results_name(base: str, model: str) -> str:
     """One results file per model: ``BASE`` for SmolLM2 as it ships, ``BASE_dense`` for the grid's dense retriever's
     path, else ``BASE_<model folder>``, so a run on another model keeps the others."""
@@ -187,7 +192,7 @@ def results_name(base: str, model: str) -> str:
         return base
     if Path(model).resolve() == Path(DEFAULT_DENSE).resolve():
         return f"{base}_dense"
-    return f"{base}_{Path(model).name.lower().replace(', ', '-').replace(' ', '-')}"
+    return f"{base}_{slug(Path(model).name)}"
 
 
 def model_fingerprint(model: str) -> str:

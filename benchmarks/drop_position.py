@@ -23,7 +23,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO, model_fingerprint, results_name  # noqa: E402
+from benchmarks._common import REPO, model_fingerprint, results_name, slug  # noqa: E402
 from benchmarks.int8_padding import stage  # noqa: E402
 from dsprune import formats  # noqa: E402
 
@@ -32,10 +32,6 @@ REFERENCE = "no drop"
 # the scores each grid model's rows were dropped by (benchmarks/reproduce.py copies them there)
 GRID_SCORES = {"out/train_dense/run/model": "benchmarks/results/drop_order/dense-score.json",
                "smollm2": "benchmarks/results/drop_order/base-score.json"}
-
-
-def slug(label: str) -> str:
-    return label.lower().replace(", ", "-").replace(" ", "-")
 
 
 def variants(n_layers: int, early: list[int], late: list[int], drop: int, protect: list[int]) -> dict:

@@ -574,15 +574,14 @@ def precision_lines(doc: dict, bullet: str) -> list[str]:
     """How a run's int8 and bfloat16 rows were made and on which CPU each was timed: their speed-ups are that CPU's
     kernels'."""
     out = []
-    for key, stages, made in (
-            ("int8", "`eval-int8`, `bench-int8`", "with dynamic int8 Linear layers"),
-            ("bf16", "`eval-bf16`, `bench-bf16`", "computed in bfloat16 (weights cast at load)")):
-        q = doc.get(key)
+    for key, name, made in (("int8", "int8", "with dynamic int8 Linear layers"),
+                            ("bf16", "bfloat16", "computed in bfloat16 (weights cast at load)")):
+        q = doc.get(key)      # kept from the run's eval-KEY and bench-KEY stages (compress_embedder.PRECISIONS)
         if not q:
             continue
-        m, name = q["machine"], "int8" if key == "int8" else "bfloat16"
+        m = q["machine"]
         kept = ", ".join(f"`{x}`" for x in q["quantize_skip"])
-        out.append(f"{bullet}**{name}** ({stages}): the distilled model {made}"
+        out.append(f"{bullet}**{name}** (`eval-{key}`, `bench-{key}`): the distilled model {made}"
                    + (f" ({kept} kept float32)" if kept else "") + ", benched against the float32 unpruned model in "
                    f"one run on {m['cpu']} (torch kernels {m['cpu_capability']}, {q['threads']} threads); {name}'s "
                    "speed-up is this CPU's (*int8 and bfloat16 per machine*)."

@@ -124,7 +124,8 @@ def dai_modes_section(d: dict, docs: dict, heading: str | None, grid_dense: str 
     by = {m["name"]: m["differs_from_magnitude"] for m in d["modes"]}
     tail = ("no weight has r < −1" if worst == 0 else
             f"at most {worst:.1e} of a matrix kind's weights have r < −1")
-    out += ["", f"So as written the Fisher term moves almost nothing: {tail}. What separates an Eq. 5 mode's mask from magnitude's is its alignment factor"
+    out += ["", f"So as written the Fisher term moves almost nothing: {tail}. What separates an Eq. 5 mode's mask "
+            "from magnitude's is its alignment factor"
             + (f" (consistency {by['consistency']:.2%}, Eq. 4 {by['eq4']:.2%} of the decisions)"
                if {"consistency", "eq4"} <= set(by) else "") + "; the reference code's z-scores each matrix."]
     return out + [""]

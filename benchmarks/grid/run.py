@@ -19,7 +19,6 @@ from pathlib import Path
 
 from dsprune import formats
 from dsprune.errors import DsPruneError
-from dsprune.eval.speed import machine
 from dsprune.recipe import _REF
 from dsprune.recipe import _argv as recipe_argv
 from dsprune.recipe import run_recipe
@@ -182,6 +181,8 @@ def collect(row: Row, stages: list[dict], report: dict, out: Path, fp: str, conf
             wall: float, renamed: dict | None = None) -> dict:
     """Everything the results JSON of one row holds, read from the stage folders (``renamed``: the row's stage
     names -> this seed's)."""
+    from dsprune.eval.speed import machine     # torch: not for --list and --render, which never collect
+
     renamed = renamed or {}
 
     def folder(name: str) -> Path:

@@ -30,7 +30,8 @@ def model_words(d: dict) -> str:
     return "SmolLM2 as it ships (no retrieval training)" if d["model"] == "smollm2" else f"`{d['model']}`"
 
 
-def model_with_weights(d: dict, grid_dense: str | None, differs: str = "whose drops are not the grid rows' models") -> str:
+def model_with_weights(d: dict, grid_dense: str | None,
+                       differs: str = "whose drops are not the grid rows' models") -> str:
     """``model_words`` and, for a model at a path, its weights and whether they are the grid's dense row's
     (``grid_dense``; else ``differs`` says what that means): the dense retriever's path may hold another training
     run."""
