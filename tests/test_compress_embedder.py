@@ -348,6 +348,8 @@ def test_a_longer_run_over_more_text_names_that_text_and_pairs_with_its_shorter_
     assert "against_main" not in doc and list(doc["versus"]) == ["1.6x-lora"]  # another plan than the main run's
     text = render.render(results, tmp_path / "RESULTS.md")
     assert "then the distillation on more text (4 steps, seed 42)" in text
+    # every fake stage took 2 min: the variant's line states its recipe's whole time
+    assert f"Its stages' times sum to {2 * len(load_recipe(ce.RECIPE)[1])} min" in text
     assert "  - **Confound:** its distillation text adds passages=msmarco_trecdl_subset/corpus.jsonl, unlabelled;" \
         in text
     assert text.count("**Confound:**") == 2  # the main run's, and the one run whose text differs from it

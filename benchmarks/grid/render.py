@@ -493,7 +493,9 @@ def render_compress(results: Path, md: Path) -> list[str]:
         slimmed = f", slims the kept MLPs by {vp['slim_ratio']}" if vp.get("slim_ratio") else ""
         out.append(f"- **{v['variant']['label']}** (`{v['command']}`): {how}: drops "
                    f"{len(vp['attn'])} attention and {len(vp['mlp'])} MLP sub-layers {vp['mlp']}{slimmed}, FLOP "
-                   f"ratio {vp['flop_ratio']:.3f}×, then {recovery_of(v, d)}.")
+                   f"ratio {vp['flop_ratio']:.3f}×, then {recovery_of(v, d)}. Its stages' times sum to "
+                   f"{sum(s.get('seconds') or 0 for s in v['stages']) / 60:.0f} min (a stage taken finished from "
+                   "another run counts that run's time).")
         added = [x for x in text_sources(v) if x not in text_sources(d)]
         if added:
             out.append(f"  - **Confound:** its distillation text adds {', '.join(added)}, unlabelled; where one is a "
