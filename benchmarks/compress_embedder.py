@@ -27,6 +27,17 @@ from dsprune.report import compare  # noqa: E402
 RECIPE = REPO / "recipes" / "compress-embedder.yaml"
 OUT = REPO / "out" / "recipes" / "compress-embedder"
 NAME = "compress_embedder"
+
+
+def plan_rows(plan: str, suffix: str = "", untrained: bool = True) -> dict:
+    """A milder plan's row labels (its distillation through LoRA, and that model in int8 and bfloat16); a run
+    that shares its untrained model with another names no ``drop only`` row."""
+    rows = {"drop + distill": f"{plan} plan: drop + distill (LoRA){suffix}", "drop only": f"{plan} plan: drop only",
+            "drop + distill + int8": f"{plan} plan: drop + distill (LoRA) + int8{suffix}",
+            "drop + distill + bf16": f"{plan} plan: drop + distill (LoRA) + bf16{suffix}"}
+    return rows if untrained else {k: v for k, v in rows.items() if k != "drop only"}
+
+
 # the same recipe with one stage option changed; its model rows join the main table in RESULTS.md
 VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                      "rows": {"drop + distill": "drop-last-k + distill", "drop only": "drop-last-k only"}},
@@ -73,10 +84,7 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
             "1.6x-lora": {"label": "1.6× plan, distillation through LoRA", "pair_main": False, "set": {
                               "plan.target_speedup": 1.6, "distill.lora": True, "distill.lora_r": 32,
                               "distill.lora_alpha": 64, "distill.freeze": None, "distill.gradient_checkpointing": True},
-                          "rows": {"drop + distill": "1.6× plan: drop + distill (LoRA)",
-                                   "drop only": "1.6× plan: drop only",
-                                   "drop + distill + int8": "1.6× plan: drop + distill (LoRA) + int8",
-                                   "drop + distill + bf16": "1.6× plan: drop + distill (LoRA) + bf16"}},
+                          "rows": plan_rows("1.6×")},
             # milder still, so that bfloat16 on a CPU with bfloat16 units (the recipe's eval-bf16 / bench-bf16) makes
             # up the rest of 2x at less cost to quality: the 1.6x run's LoRA distillation and data, with no gradient
             # checkpointing (it recomputes every forward; batches of 16 short texts fit without it), which changes
@@ -85,10 +93,7 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                                "plan.target_speedup": 1.15, "distill.lora": True, "distill.lora_r": 32,
                                "distill.lora_alpha": 64, "distill.freeze": None,
                                "distill.gradient_checkpointing": False},
-                           "rows": {"drop + distill": "1.15× plan: drop + distill (LoRA)",
-                                    "drop only": "1.15× plan: drop only",
-                                    "drop + distill + int8": "1.15× plan: drop + distill (LoRA) + int8",
-                                    "drop + distill + bf16": "1.15× plan: drop + distill (LoRA) + bf16"}},
+                           "rows": plan_rows("1.15×")},
             # the 1.6x run's plan and LoRA distillation, longer (its curve flattens at 140 steps only as the learning
             # rate decays) and over more unlabelled text: every SciFact abstract and the MS MARCO subset's passages,
             # the corpus the table's MS MARCO column retrieves from, which the recipe's text lacks; checkpoints every
@@ -98,9 +103,7 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
             "1.6x-lora-long": {"label": "1.6× plan, distillation through LoRA, 600 steps", "pair_main": False,
                                "share_from": "1.6x-lora", "share": ("plan", "drop", "eval-drop"),
                                "versus": ("1.6x-lora",),
-                               "rows": {"drop + distill": "1.6× plan: drop + distill (LoRA), 600 steps",
-                                        "drop + distill + int8": "1.6× plan: drop + distill (LoRA) + int8, 600 steps",
-                                        "drop + distill + bf16": "1.6× plan: drop + distill (LoRA) + bf16, 600 steps"}},
+                               "rows": plan_rows("1.6×", ", 600 steps", untrained=False)},
             # a variant's second seed: its ``base`` run's recipe and options, and its untrained stages; ``versus``
             # pairs its trained model with other runs' at the same seed (the comparisons its base makes at 42)
             "last-seed2": {"label": "drop-last-k, second training seed", "base": "last", "set": {"distill.seed": 43},
@@ -114,15 +117,11 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                               "share": ("plan", "drop", "eval-drop"), "versus": ("seed2",)},
             "1.6x-lora-seed2": {"label": "1.6× plan, distillation through LoRA, second training seed",
                                 "base": "1.6x-lora", "set": {"distill.seed": 43},
-                                "rows": {"drop + distill": "1.6× plan: drop + distill (LoRA), seed 43",
-                                         "drop + distill + int8": "1.6× plan: drop + distill (LoRA) + int8, seed 43",
-                                         "drop + distill + bf16": "1.6× plan: drop + distill (LoRA) + bf16, seed 43"},
+                                "rows": plan_rows("1.6×", ", seed 43", untrained=False),
                                 "share": ("plan", "drop", "eval-drop")},
             "1.15x-lora-seed2": {"label": "1.15× plan, distillation through LoRA, second training seed",
                                  "base": "1.15x-lora", "set": {"distill.seed": 43},
-                                 "rows": {"drop + distill": "1.15× plan: drop + distill (LoRA), seed 43",
-                                          "drop + distill + int8": "1.15× plan: drop + distill (LoRA) + int8, seed 43",
-                                          "drop + distill + bf16": "1.15× plan: drop + distill (LoRA) + bf16, seed 43"},
+                                 "rows": plan_rows("1.15×", ", seed 43", untrained=False),
                                  "share": ("plan", "drop", "eval-drop")},
             "distill-lora-seed2": {"label": "distillation through LoRA, second training seed", "base": "distill-lora",
                                    "set": {"distill.seed": 43},
