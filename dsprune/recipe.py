@@ -227,11 +227,18 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
                execute: Execute | None = None, on_reuse: Reused | None = None,
                params: dict | None = None) -> dict[str, dict]:
     """Run every stage in order, reusing finished stages whose inputs did not change (``on_reuse`` is
-    told of each reused stage's folder, in order).
+    told of each reused stage's folder, in order). With ``only``, a stage outside it that is not up to date
+    is skipped rather than run, as ``make TARGET`` leaves other targets alone; a selected stage that reads a
+    skipped one is refused, since it would read stale or missing output.
 
-    Returns, per stage, its status (ran | reused), folder, fingerprint, arguments and seconds.
+    Returns, per stage, its status (ran | reused | skipped), folder, fingerprint, arguments and seconds.
     """
     doc, stages = load_recipe(path, overrides, params)
+    unknown = sorted(set(only or ()) - {s.name for s in stages})
+    if unknown:
+        raise DsPruneError(f"--only names no stage of the recipe: {', '.join(unknown)} "
+                           f"(its stages: {', '.join(s.name for s in stages)})")
+    skipped: list[str] = []
     stem = Path(path).stem if not isinstance(path, dict) else "recipe"
     root = Path(out or doc.get("out") or f"out/{stem}")
     root.mkdir(parents=True, exist_ok=True)
@@ -262,7 +269,15 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
                     on_reuse(folder)
                 continue
             if only and stage.name not in only:
-                raise DsPruneError(f"stage {stage.name!r} is not up to date and not selected with --only")
+                print(f"[{stage.name}] skipped: not up to date, not selected")
+                skipped.append(stage.name)
+                report[stage.name] = {"status": "skipped", "folder": str(folder), "fingerprint": fp}
+                continue
+            stale = [r for r in dict.fromkeys(refs) if r in skipped]
+            if stale:
+                raise DsPruneError(f"stage {stage.name!r} reads {', '.join(stale)}, which "
+                                   f"{'is' if len(stale) == 1 else 'are'} not up to date and not selected "
+                                   "with --only: select them too")
             print(f"[{stage.name}] running -> {folder}")
             t0 = time.perf_counter()
             _run_stage(stage, args, folder, execute or _execute, fp)

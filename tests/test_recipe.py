@@ -204,3 +204,43 @@ def test_stamps_of_the_older_fingerprint_are_reused_and_upgraded(tiny_dirs, tmp_
     assert [v["status"] for v in again.values()] == ["reused", "reused"]
     stamped = json.loads((tmp_path / "out" / "drop" / "stage.json").read_text())
     assert stamped["fingerprint"] == first["drop"]["fingerprint"]
+
+
+def _three(tmp_path, model, calib):
+    """score, then drop reading it, then a second score no other stage reads."""
+    p = _recipe(tmp_path, model, calib, 2)
+    p.write_text(p.read_text() + f"""  - name: rescore
+    command: score
+    args: {{model: {model}, calib: {calib}, n_samples: 2}}
+""")
+    return p
+
+
+def _ran(calls):
+    def execute(cmd, folder):
+        calls.append(folder.name)
+        return 0
+    return execute
+
+
+def test_only_skips_stale_stages_it_does_not_select(tiny_dirs, tmp_path, finished):
+    calib = _copy(finished, tmp_path, ["score"])
+    calls = []
+    report = run_recipe(_three(tmp_path, tiny_dirs["llama"], calib), only=["rescore"], execute=_ran(calls))
+    assert {n: r["status"] for n, r in report.items()} == {"score": "reused", "drop": "skipped", "rescore": "ran"}
+    assert calls == ["rescore"]
+    assert not (tmp_path / "out" / "drop").exists()
+
+
+def test_only_refuses_a_selected_stage_that_reads_a_skipped_one(tiny_dirs, tmp_path, finished):
+    calls = []
+    with pytest.raises(DsPruneError, match="stage 'drop' reads score, which is not up to date"):
+        run_recipe(_three(tmp_path, tiny_dirs["llama"], finished["calib"]), only=["drop", "rescore"],
+                   execute=_ran(calls))
+    assert calls == []
+
+
+def test_only_names_an_unknown_stage(tiny_dirs, tmp_path, finished):
+    with pytest.raises(DsPruneError, match=r"--only names no stage of the recipe: nosuch \(its stages: score, drop, "
+                                           r"rescore\)"):
+        run_recipe(_three(tmp_path, tiny_dirs["llama"], finished["calib"]), only=["score", "nosuch"])
