@@ -492,8 +492,8 @@ def render_compress(results: Path, md: Path) -> list[str]:
         how += (" with " + ", ".join(f"`{k}={x}`" for k, x in sets.items())) if sets else ""
         slimmed = f", slims the kept MLPs by {vp['slim_ratio']}" if vp.get("slim_ratio") else ""
         out.append(f"- **{v['variant']['label']}** (`{v['command']}`): {how}: drops "
-                   f"{len(vp['attn'])} attention sub-layers {vp['attn']} and {len(vp['mlp'])} MLPs {vp['mlp']}{slimmed}, FLOP "
-                   f"ratio {vp['flop_ratio']:.3f}×, then {recovery_of(v, d)}. Its stages' times sum to "
+                   f"{len(vp['attn'])} attention sub-layers {vp['attn']} and {len(vp['mlp'])} MLPs {vp['mlp']}"
+                   f"{slimmed}, FLOP ratio {vp['flop_ratio']:.3f}×, then {recovery_of(v, d)}. Its stages' times sum to "
                    f"{sum(s.get('seconds') or 0 for s in v['stages']) / 60:.0f} min (a stage taken finished from "
                    "another run counts that run's time).")
         added = [x for x in text_sources(v) if x not in text_sources(d)]
