@@ -384,9 +384,6 @@ class Encoder(nn.Module):
             if "attn" not in str(e).lower() or not kw:
                 raise
             model = _load_model(path, dtype=dtype)
-        # a dsprune export's from_pretrained keeps the dtype its config.json records: cast, so that every loader
-        # gives the dtype asked for and the head (cast below) matches the backbone
-        model = model.to(dtype)
         # the config is passed because AutoConfig cannot read a dsprune export's config.json by itself
         tok = AutoTokenizer.from_pretrained(path, config=model.config)
         arch.family_of(getattr(model, "backbone", model).config)  # refuses an unsupported family by name

@@ -181,7 +181,9 @@ class DsPruneModel(PreTrainedModel):
             if not config.layout:
                 raise ValueError("this export's config.json has no 'layout'; load it once with dsprune's "
                                  "Encoder.load and save it again")
-            backbone = AutoModel.from_config(base)
+            # from_pretrained builds under the dtype it was asked for; from_config would take the dtype the
+            # base config recorded instead
+            backbone = AutoModel.from_config(base, dtype=torch.get_default_dtype())
             apply_structure(backbone, config.layout, config.drop_attn, config.drop_mlp,
                             config.intermediate_sizes)
         self.backbone = backbone
