@@ -22,6 +22,10 @@ for path in paths:
     for kind in ("query", "document"):
         if kind in st.prompts:
             got[kind] = st.encode(texts, prompt_name=kind).tolist()
+    half = SentenceTransformer(path, trust_remote_code=True, device="cpu", model_kwargs={"dtype": "bfloat16"})
+    got["bf16_dtypes"] = sorted({str(p.dtype) for p in half.parameters()})
+    got["bf16_document"] = half.encode(texts, prompt_name="document" if "document" in half.prompts else None,
+                                       convert_to_tensor=True).float().tolist()
     out.append(got)
 assert not any(k.startswith("dsprune") for k in sys.modules), "dsprune was imported"
 print("RESULT " + json.dumps(out))

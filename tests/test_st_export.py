@@ -77,13 +77,17 @@ def test_export_is_a_sentence_transformers_model(edited, family, edit, texts):
 
 @pytest.mark.parametrize("family, edit", EDITS)
 def test_an_export_loads_whole_in_bfloat16(edited, family, edit, texts):
-    """The backbone as well as the Dense head: a dsprune export's own loader once kept its float32."""
-    _, out, _ = edited[family, edit.__name__]
+    """The backbone as well as the Dense head, through dsprune's loader and through sentence-transformers'
+    ``model_kwargs={"dtype": ...}`` in a process without dsprune: a dsprune export's own loader once kept its
+    float32, whatever dtype it was asked for."""
+    _, out, seen = edited[family, edit.__name__]
     bf16 = Encoder.load(out, dtype="bfloat16")
     assert {p.dtype for p in bf16.parameters()} == {torch.bfloat16}
-    ref = Encoder.load(out).encode(texts, show_progress=False)
-    got = bf16.encode(texts, show_progress=False).float()
+    ref = Encoder.load(out).encode(texts, "passage", show_progress=False)
+    got = bf16.encode(texts, "passage", show_progress=False).float()
     assert torch.nn.functional.cosine_similarity(got, ref).min() > 0.98
+    assert seen["bf16_dtypes"] == ["torch.bfloat16"]
+    assert torch.nn.functional.cosine_similarity(torch.tensor(seen["bf16_document"]), ref).min() > 0.98
 
 
 def test_commands_on_a_sentence_transformers_model(st_dirs, tmp_path, texts):
