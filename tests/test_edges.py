@@ -223,7 +223,7 @@ def test_the_next_run_removes_stale_temporaries_of_its_output_only(llama, tmp_pa
     assert {p.name for p in tmp_path.iterdir()} == {"o", ".other.tmp-789-ef01"}
 
 
-def test_only_our_shm_buffers_that_no_process_holds_are_removed(monkeypatch):
+def test_only_our_shm_buffers_that_no_process_holds_are_removed(monkeypatch, capsys):
     from dsprune.distributed import SHM
     from dsprune.train.engine import remove_orphan_shm_buffers
 
@@ -241,6 +241,7 @@ def test_only_our_shm_buffers_that_no_process_holds_are_removed(monkeypatch):
         assert holder.stdout.readline().strip() == "open"
         gone = remove_orphan_shm_buffers()
         assert orphan.name in gone and not orphan.exists()
+        assert orphan.name in capsys.readouterr().out            # a launch says what it removed
         assert held.exists() and others.exists() and held.name not in gone
     finally:
         holder.kill()

@@ -69,11 +69,9 @@ def run_z3_resumed(setup):
     shard.write_bytes(shard.read_bytes()[:shard.stat().st_size // 2])
     with open(out / "log.jsonl", "a") as f:
         f.write('{"step": 99, "loss": 0.')
-    # any launch removes orphans, and other test workers launch too: only those still there now are this one's
-    present = sorted(p.name for p in orphans if p.exists())
     proc = launch(args + ["--resume"])
     ok(proc)
-    proc.orphans, proc.present = sorted(p.name for p in orphans), present
+    proc.orphans = sorted(p.name for p in orphans)
     return out, killed_at, proc
 
 
@@ -182,8 +180,9 @@ def test_a_torn_checkpoint_falls_back_to_the_previous_complete_one(run_z3_resume
 def test_the_next_launch_removes_the_shm_buffers_a_killed_one_left(run_z3_resumed):
     _, _, proc = run_z3_resumed
     assert len(proc.orphans) == RANKS                        # what kill -9 left in RAM
+    # gone, but not necessarily by this launch: other test workers launch too, and any launch removes orphans
+    # (test_edges checks what the removal says)
     assert not any((SHM / name).exists() for name in proc.orphans)
-    assert all(name in proc.stdout for name in proc.present)   # and the launch said so
 
 
 def _step1_embeddings(setup):
