@@ -280,18 +280,23 @@ def plot_runs(results: Path) -> None:
         front.plot(table, results / f"{NAME}_front.png")
     plt = figure.pyplot()
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
+    cfg = main_doc["distill"]["config"]
     for doc in (main_doc, *variants):
         points = doc["distill"].get("curve") or []
         label = doc["variant"]["label"] if doc.get("variant") else "main run"
+        # a monitor that truncates texts scores on another scale than one that does not
+        length = doc["distill"]["config"].get("eval_max_length")
+        if length != cfg.get("eval_max_length"):
+            label += f" (scored at {length} tokens)" if length else " (scored untruncated)"
         if points:
             line, = by_step.plot([c["step"] for c in points], [c["ndcg_at_10"] for c in points], "o-", label=label)
             timed = [c for c in points if "seconds" in c]
             by_time.plot([c["seconds"] / 60 for c in timed], [c["ndcg_at_10"] for c in timed], "o-",
                          color=line.get_color())
-    cfg = main_doc["distill"]["config"]
     by_step.set_xlabel("training step")
     by_time.set_xlabel("wall-clock minutes since the run's step-0 score")
-    by_step.set_ylabel(f"nDCG@10, {cfg.get('eval_task')} {cfg.get('eval_split')}")
+    by_step.set_ylabel(f"nDCG@10, {cfg.get('eval_task')} {cfg.get('eval_split')}"
+                       + (f", {cfg['eval_max_length']} tokens" if cfg.get("eval_max_length") else ""))
     fig.suptitle("recovery learning curves (2 CPU ranks; wall clock includes any other load on the machine)",
                  fontsize=9)
     for ax in (by_step, by_time):
