@@ -290,8 +290,8 @@ def plot_runs(results: Path) -> None:
         points = doc["distill"].get("curve") or []
         label = doc["variant"]["label"] if doc.get("variant") else "main run"
         # a monitor that truncates texts scores on another scale than one that does not
-        length = doc["distill"]["config"].get("eval_max_length")
-        if length != cfg.get("eval_max_length"):
+        length = doc["distill"]["config"].get("eval_max_length") or 0     # older runs do not record it: untruncated
+        if length != (cfg.get("eval_max_length") or 0):
             label += f" (scored at {length} tokens)" if length else " (scored untruncated)"
         if points:
             line, = by_step.plot([c["step"] for c in points], [c["ndcg_at_10"] for c in points], "o-", label=label)
