@@ -157,6 +157,9 @@ ROW_STAGES = (("eval", "drop + distill"), ("eval-drop", "drop only"), ("eval-int
               ("eval-bf16", "drop + distill + bf16"))
 # the distilled model in another number format: results key -> its eval and bench stages
 PRECISIONS = {"int8": ("eval-int8", "bench-int8"), "bf16": ("eval-bf16", "bench-bf16")}
+# the pruned model timed against the unpruned one with both in that number format: results key -> its bench stage
+# (a recipe run before the stage existed lacks it, so its results leave it out)
+BOTH = {"bf16": "bench-bf16-both"}
 
 
 def base_of(variant: str) -> str:
@@ -257,6 +260,8 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
         doc[key] = None
         if (out / benched / formats.BENCH).is_file():
             doc[key] = {**machine_bench(out / benched), "against_float": paired(out / "eval", out / evaluated)}
+            if key in BOTH and (out / BOTH[key] / formats.BENCH).is_file():
+                doc[key]["both"] = {**machine_bench(out / BOTH[key]), "stage": BOTH[key]}
     doc["recovery"] = recovery(out)
     if variant and VARIANTS[variant].get("pair_main", True):
         doc["against_main"] = against_main(main or out_of(base_of(variant)), out, variant)

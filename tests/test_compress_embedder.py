@@ -36,7 +36,8 @@ def test_slim_recipe_adds_slimming_to_the_same_pipeline():
     assert by["eval-drop"].args["model"] == "${export-mask}"
     for name in ce.SHARED_STAGES:
         assert by[name].args == main_by[name].args
-    for name in ("eval", "bench", "eval-full", "eval-minilm", "eval-int8", "bench-int8", "eval-bf16", "bench-bf16"):
+    for name in ("eval", "bench", "eval-full", "eval-minilm", "eval-int8", "bench-int8", "eval-bf16", "bench-bf16",
+                 "bench-bf16-both"):
         assert by[name].args == main_by[name].args
 
 
@@ -140,6 +141,9 @@ def test_the_int8_and_bf16_rows_are_the_distilled_model_benched_against_the_floa
     for name in ("eval-bf16", "bench-bf16"):
         assert by[name].args["model"] == "${distill}/model" and by[name].args["dtype"] == "bfloat16"
     assert by["bench-bf16"].args["baseline_dtype"] == "float32"
+    both = by["bench-bf16-both"].args         # the pruning's own speed-up: both sides bfloat16, else as bench-bf16
+    assert both.get("baseline_dtype") is None and both == {k: v for k, v in by["bench-bf16"].args.items()
+                                                           if k != "baseline_dtype"}
     assert by["bench-int8"].args["baseline"] == by["bench-bf16"].args["baseline"] == "embeddinggemma-300m"
     report = by["report"].args
     labels = dict(zip(report["results"], report["labels"]))
@@ -147,9 +151,11 @@ def test_the_int8_and_bf16_rows_are_the_distilled_model_benched_against_the_floa
     assert {"${bench-int8}", "${bench-bf16}"} <= set(report["bench"])
 
 
-def _bench(vout, name, settings, machine=True):
-    bench = {k: {"speedup": 2.1, "pairs": 3, "flop_ratio": 1.6, "flop_bound": 1.6, "batch_size": 16, "length": 256,
-                 "texts": 64, "speedup_pairs": {"median": 2.1, "min": 2.0, "max": 2.2, "ratios": [2.0, 2.1, 2.2]}}
+def _bench(vout, name, settings, machine=True, speedup=2.1):
+    low, high = round(speedup - 0.1, 2), round(speedup + 0.1, 2)
+    bench = {k: {"speedup": speedup, "pairs": 3, "flop_ratio": 1.6, "flop_bound": 1.6, "batch_size": 16,
+                 "length": 256, "texts": 64,
+                 "speedup_pairs": {"median": speedup, "min": low, "max": high, "ratios": [low, speedup, high]}}
              for k in ("document", "query")}
     bench.update(settings=settings, threads=2)
     if machine:
@@ -173,6 +179,11 @@ def test_a_milder_plan_with_int8_and_bf16_joins_the_table_unpaired_with_the_main
     _bench(vout, "bench-int8", {"quantize": "int8", "quantize_skip": ["down_proj"]})
     _bench(vout, "bench-bf16", {"dtype": "bfloat16", "baseline_dtype": "float32"})
     vdoc = json.loads(ce.collect({}, vout, results, "1.6x-lora", main=out).read_text())
+    assert "both" not in vdoc["bf16"]             # a run from before the both-in-bfloat16 bench
+    _bench(vout, "bench-bf16-both", {"dtype": "bfloat16"}, speedup=1.2)
+    vdoc = json.loads(ce.collect({}, vout, results, "1.6x-lora", main=out).read_text())
+    assert vdoc["bf16"]["both"]["dtype"] == {"model": "bfloat16", "baseline": "bfloat16"}
+    assert vdoc["bf16"]["both"]["speed"]["query"]["speedup"] == 1.2 and vdoc["bf16"]["speed"]["query"]["speedup"] == 2.1
     assert "against_main" not in vdoc and vdoc["int8"]["speed"]["document"]["speedup"] == 2.1
     assert vdoc["bf16"]["dtype"] == {"model": "bfloat16", "baseline": "float32"}
     cost = vdoc["int8"]["against_float"]["mean_delta"]
@@ -187,6 +198,8 @@ def test_a_milder_plan_with_int8_and_bf16_joins_the_table_unpaired_with_the_main
     assert "**bfloat16** (`eval-bf16`, `bench-bf16`): the distilled model computed in bfloat16" in section
     assert f"bfloat16 − the same model in float32, paired per query, mean over the tasks: {interval(bf16_cost)}" \
         in section
+    assert ("With the unpruned model in bfloat16 too (`bench-bf16-both`, one run on Some CPU): the pruning's own "
+            "speed-up where bfloat16 is served, 1.20× documents (pairs 1.10–1.30×) / 1.20× queries") in section
 
 
 def _with_seed(out, seed):
