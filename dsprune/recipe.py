@@ -6,7 +6,9 @@ arguments. ``${name}`` in an argument is the output folder of an earlier stage, 
 changes between runs; ``${model}`` in an argument is replaced by that value, and ``dsprune run --param
 model=gemma3-270m`` sets it, so one recipe serves another model without an edited copy. A stage whose folder
 holds a ``stage.json`` with the same fingerprint (its arguments plus the fingerprints of the stages it reads) is
-reused; anything else reruns it. The fingerprint leaves out where the run lives (``${out}`` and the other stages'
+reused; anything else reruns it. Same inputs need not mean the same output (a timing, a sampled batch), so a
+stage's stamp also names the run of each stage it read (``made``): a stage that read an output since remade is
+rerun even though its fingerprint matches. The fingerprint leaves out where the run lives (``${out}`` and the other stages'
 folders enter as names and fingerprints), so a stage copied into another run's folder is reused there.
 
 Sweeps run one recipe many times: with ``cache`` a stage lives in ``cache/<name>-<fingerprint>`` instead of
@@ -23,6 +25,7 @@ import shlex
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -246,6 +249,7 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
     places = {k: folders[k] for k in ("shared", "repo")}   # data, not the run's own location
     prints: dict[str, str] = {}
     legacy_prints: dict[str, str] = {}
+    made: dict[str, str | None] = {}       # stage -> the id of the run whose output its folder holds
     report: dict[str, dict] = {}
     for stage in stages:
         args = _resolve(stage.args, folders)
@@ -259,11 +263,13 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
         with formats.exclusive(stage_lock(folder)):   # one builder per stage
             stamp = folder / STAMP
             done = json.loads(stamp.read_text()) if not force and stamp.is_file() else {}
-            if done.get("fingerprint") in (fp, legacy):
+            read = {r: made[r] for r in dict.fromkeys(refs) if r in made}
+            if done.get("fingerprint") in (fp, legacy) and read_the_same(done, read):
                 if done["fingerprint"] != fp:
                     done["fingerprint"] = fp
                     formats.write_json(stamp, done)
                 print(f"[{stage.name}] reused ({folder})")
+                made[stage.name] = done.get("made")
                 report[stage.name] = {"status": "reused", "folder": str(folder), **done}
                 if on_reuse:
                     on_reuse(folder)
@@ -281,11 +287,21 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
             print(f"[{stage.name}] running -> {folder}")
             t0 = time.perf_counter()
             _run_stage(stage, args, folder, execute or _execute, fp)
+            made[stage.name] = uuid.uuid4().hex
             info = {"fingerprint": fp, "args": args, "seconds": round(time.perf_counter() - t0, 1),
-                    "command": stage.command, "launcher": stage.launcher}
+                    "command": stage.command, "launcher": stage.launcher, "made": made[stage.name],
+                    "read": read}
             formats.write_json(stamp, info)
             report[stage.name] = {"status": "ran", "folder": str(folder), **info}
     return report
+
+
+def read_the_same(done: dict, read: dict) -> bool:
+    """Whether a finished stage read the outputs its upstream folders hold now. A stamp from before runs were
+    named records none: it stands while its upstream stamps name none either (nothing was remade since)."""
+    if "read" not in done:
+        return all(v is None for v in read.values())
+    return all(done["read"].get(r) == v for r, v in read.items())
 
 
 def _execute(cmd: list[str], folder: Path) -> int:

@@ -244,3 +244,34 @@ def test_only_names_an_unknown_stage(tiny_dirs, tmp_path, finished):
     with pytest.raises(DsPruneError, match=r"--only names no stage of the recipe: nosuch \(its stages: score, drop, "
                                            r"rescore\)"):
         run_recipe(_three(tmp_path, tiny_dirs["llama"], finished["calib"]), only=["score", "nosuch"])
+
+
+def test_a_stage_that_read_a_remade_output_is_rerun(tiny_dirs, tmp_path, finished):
+    """Remaking a stage with the same inputs may change its output (a timing, a sample), so what read it reruns
+    although its fingerprint is unchanged; then both are reused."""
+    calib = _copy(finished, tmp_path)
+    recipe = _recipe(tmp_path, tiny_dirs["llama"], calib, 1)
+    shutil.rmtree(tmp_path / "out" / "score")
+    shutil.copytree(finished["root"] / "out" / "score", tmp_path / "out" / "score")
+    assert [v["status"] for v in run_recipe(recipe).values()] == ["reused", "reused"]   # the same output
+    shutil.rmtree(tmp_path / "out" / "score")
+    calls = []
+    report = run_recipe(recipe, execute=_ran(calls))
+    assert calls == ["score", "drop"] and report["drop"]["fingerprint"] == finished["report"]["drop"]["fingerprint"]
+    assert report["drop"]["read"] == {"score": report["score"]["made"]} != finished["report"]["drop"]["read"]
+    assert [v["status"] for v in run_recipe(recipe, execute=_ran(calls)).values()] == ["reused", "reused"]
+
+
+def test_stamps_that_name_no_run_stand_until_an_upstream_stage_is_remade(tiny_dirs, tmp_path, finished):
+    calib = _copy(finished, tmp_path)
+    recipe = _recipe(tmp_path, tiny_dirs["llama"], calib, 1)
+    for name in ("score", "drop"):      # as stamps written before stages named their runs
+        stamp = tmp_path / "out" / name / "stage.json"
+        doc = json.loads(stamp.read_text())
+        del doc["made"], doc["read"]
+        stamp.write_text(json.dumps(doc))
+    assert [v["status"] for v in run_recipe(recipe).values()] == ["reused", "reused"]
+    shutil.rmtree(tmp_path / "out" / "score")
+    calls = []
+    run_recipe(recipe, execute=_ran(calls))
+    assert calls == ["score", "drop"]

@@ -592,7 +592,7 @@ def precision_lines(doc: dict, bullet: str) -> list[str]:
                       if (d := q.get("against_float")) else ""))
         if both := q.get("both"):
             sp = both["speed"]
-            out.append(f"{bullet}  With the unpruned model in {name} too (`{both['stage']}`, one run on "
+            out.append(f"  {bullet}With the unpruned model in {name} too (`{both['stage']}`, one run on "
                        f"{both['machine']['cpu']}): the pruning's own speed-up where {name} is served, "
                        + " / ".join(f"{sp[k]['speedup']:.2f}× {plural} (pairs {sp[k]['min']:.2f}–{sp[k]['max']:.2f}×)"
                                     for k, plural in (("document", "documents"), ("query", "queries")))
