@@ -7,9 +7,10 @@ changes between runs; ``${model}`` in an argument is replaced by that value, and
 model=gemma3-270m`` sets it, so one recipe serves another model without an edited copy. A stage whose folder
 holds a ``stage.json`` with the same fingerprint (its arguments plus the fingerprints of the stages it reads) is
 reused; anything else reruns it. Same inputs need not mean the same output (a timing, a sampled batch), so a
-stage's stamp also names the run of each stage it read (``made``): a stage that read an output since remade is
-rerun even though its fingerprint matches. The fingerprint leaves out where the run lives (``${out}`` and the other stages'
-folders enter as names and fingerprints), so a stage copied into another run's folder is reused there.
+stamp also names its own run (``made``) and the runs of the stages it read (``read``): a stage that read an
+output since remade is rerun even though its fingerprint matches. The fingerprint leaves out where the run lives
+(``${out}`` and the other stages' folders enter as names and fingerprints), so a stage copied into another run's
+folder is reused there.
 
 Sweeps run one recipe many times: with ``cache`` a stage lives in ``cache/<name>-<fingerprint>`` instead of
 ``out/<name>``, so trials that agree on a stage's inputs share it (under a file lock), and ``execute`` lets the

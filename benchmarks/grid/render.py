@@ -594,7 +594,8 @@ def precision_lines(doc: dict, bullet: str) -> list[str]:
             sp = both["speed"]
             out.append(f"  {bullet}With the unpruned model in {name} too (`{both['stage']}`, one run on "
                        f"{both['machine']['cpu']}): the pruning's own speed-up where {name} is served, "
-                       + " / ".join(f"{sp[k]['speedup']:.2f}× {plural} (pairs {sp[k]['min']:.2f}–{sp[k]['max']:.2f}×)"
+                       + " / ".join(f"{sp[k]['speedup']:.2f}× {plural} "
+                                    f"(pairs {sp[k]['min']:.2f}–{sp[k]['max']:.2f}×)"
                                     for k, plural in (("document", "documents"), ("query", "queries")))
                        + f"; the row's speed-up against float32 holds {name}'s own as well.")
     return out
