@@ -1,7 +1,9 @@
 """The quality-vs-speed plot (the shape of EffiR Figure 1): mean nDCG@10 against measured encoding speed-up.
 
 Error bars are the paired bootstrap interval of each model's difference to the reference, drawn around its
-score, so overlapping bars mean "not distinguishable on these queries".
+score, so overlapping bars mean "not distinguishable on these queries". Points carry numbers and a key beside
+the axes: models of one recipe sit close together, where labels written at the points overwrite each other.
+The dashed line joins the models no other model beats on both axes.
 """
 from __future__ import annotations
 
@@ -10,28 +12,48 @@ from pathlib import Path
 from .figure import error_bar, pyplot, save_png
 
 
+def pareto(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points that no other point matches or beats in both coordinates (higher is better),
+    by increasing first coordinate."""
+    order = sorted(range(len(points)), key=lambda i: (-points[i][0], -points[i][1]))
+    kept, best = [], float("-inf")
+    for i in order:
+        if points[i][1] > best:
+            kept.append(i)
+            best = points[i][1]
+    return kept[::-1]
+
+
 def plot(table: dict, path: str | Path, speed: str = "document") -> Path:
     plt = pyplot()
-
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    placed = 0
-    for r in table["rows"]:
-        if r["mean"] is None or speed not in r["speed"]:
-            continue
-        x, y = r["speed"][speed], r["mean"]
-        yerr = error_bar(r.get("mean_delta"))
-        is_ref = r["label"] == table["reference"]
-        ax.errorbar([x], [y], yerr=yerr, fmt="*" if is_ref else "o", ms=12 if is_ref else 7, capsize=3,
-                    color="tab:red" if is_ref else "tab:blue")
-        ax.annotate(r["label"], (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
-        placed += 1
-    if placed == 0:
+    rows = [r for r in table["rows"] if r["mean"] is not None and speed in r["speed"]]
+    if not rows:
         from ..errors import DsPruneError
-        plt.close(fig)
         raise DsPruneError("nothing to plot: no model has both scores on every task and a bench speed-up")
+    key = [f"{n:>2}  {r['label']}" for n, r in enumerate(rows, 1)]
+    width = 6.3 + 0.065 * max(len(k) for k in key)     # inches: 7 pt monospace is ~0.058 in a character
+    fig, ax = plt.subplots(figsize=(width, max(4.2, 0.19 * len(key) + 1.2)))
+    points = [(r["speed"][speed], r["mean"]) for r in rows]
+    for n, (r, (x, y)) in enumerate(zip(rows, points), 1):
+        is_ref = r["label"] == table["reference"]
+        ax.errorbar([x], [y], yerr=error_bar(r.get("mean_delta")), fmt="*" if is_ref else "o",
+                    ms=12 if is_ref else 6, capsize=3, color="tab:red" if is_ref else "tab:blue", alpha=0.85)
+        ax.annotate(str(n), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    front = pareto(points)
+    if len(front) > 1:
+        ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "--", color="tab:gray", lw=1,
+                zorder=0)
+    xs = [x for x, _ in points]
+    if max(xs) / max(min(xs), 1e-9) > 4:
+        ax.set_xscale("log")     # one far-off fast model would squeeze every pruned model into one column
+        times = plt.FuncFormatter(lambda v, _: f"{v:g}×" if f"{v:g}"[0] in "1235" else "")
+        ax.xaxis.set_major_formatter(times)
+        ax.xaxis.set_minor_formatter(times)
     ax.set_xlabel(f"{speed} encoding speed-up (×, measured)")
     ax.set_ylabel(f"mean nDCG@10 over {len(table['tasks'])} task(s)")
     ax.set_title("quality vs speed")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fig.text(6 / width + 0.01, 0.95, "\n".join(key), va="top", ha="left", fontsize=7,
+             family="monospace")
+    fig.tight_layout(rect=(0, 0, 6 / width, 1))
     return save_png(fig, path, dpi=120)
