@@ -204,12 +204,12 @@ def command(params: dict, variant: str = "") -> list[str]:
 
 
 def share_finished_stages(variant: str) -> None:
-    """Hard-link the finished stages that the variant would compute identically, from the main run and
-    from its base run, or the run its ``share_from`` names (the recipe then finds their stamps and reuses them).
-    The main run's stages come from that run when the main run's folder is gone: it computed them with the same
-    inputs."""
+    """Hard-link the finished stages that the variant would compute identically, from its base run, or the run
+    its ``share_from`` names (the recipe then finds their stamps and reuses them). The untrained stages every run
+    shares come from the main run only where the base run lacks them: the base's later stages (plan, drop) name
+    the copies they read, and a stage that read another run's copy is rerun."""
     base = out_of(VARIANTS[variant].get("share_from", base_of(variant)))
-    for name, src in ([(n, OUT / n if (OUT / n / "stage.json").is_file() else base / n) for n in SHARED_STAGES]
+    for name, src in ([(n, base / n if (base / n / "stage.json").is_file() else OUT / n) for n in SHARED_STAGES]
                       + [(n, base / n) for n in VARIANTS[variant].get("share", ())]):
         link_finished_stage(src, out_of(variant) / name)
 
