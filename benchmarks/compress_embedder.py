@@ -117,6 +117,12 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
             # the plan it shares; ``versus`` pairs the two plans' distilled models per query
             "1.1x-lora": {"label": "1.1× plan, distillation through LoRA", "pair_main": False,
                           "share_from": "1.15x-lora", "versus": ("1.15x-lora",), "rows": plan_rows("1.1×")},
+            # the 1.1x run's distillation four times as long (its cosine loss still falls at 140 steps, under a
+            # learning rate decayed to 0): the same plan, text, LoRA and seed; checkpoints every 35 steps, so the
+            # ~3 h run can go in pieces; ``versus`` pairs it with the 140-step run, same seed
+            "1.1x-lora-long": {"label": "1.1× plan, distillation through LoRA, 560 steps", "pair_main": False,
+                               "share_from": "1.1x-lora", "share": ("plan", "drop", "eval-drop"),
+                               "versus": ("1.1x-lora",), "rows": plan_rows("1.1×", ", 560 steps", untrained=False)},
             # a variant's second seed: its ``base`` run's recipe and options, and its untrained stages; ``versus``
             # pairs its trained model with other runs' at the same seed (the comparisons its base makes at 42)
             "last-seed2": {"label": "drop-last-k, second training seed", "base": "last", "set": {"distill.seed": 43},
@@ -158,6 +164,8 @@ VARIANTS["1.15x-lora-wide"]["set"] = {
     **VARIANTS["1.15x-lora"]["set"], "distill.eval_max_length": 128,
     "distill.distill_data": VARIANTS["1.6x-lora-long"]["set"]["distill.distill_data"]}
 VARIANTS["1.1x-lora"]["set"] = {**VARIANTS["1.15x-lora"]["set"], "plan.target_speedup": 1.1}
+VARIANTS["1.1x-lora-long"]["set"] = {**VARIANTS["1.1x-lora"]["set"], "distill.max_steps": 560, "distill.eval_steps": 70,
+                                     "distill.eval_max_length": 128}
 # stages a variant can take from the main run as they are: they read no stage the variant changes
 SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm", "bench-minilm")
 # the pair that says whether the distillation recovers anything, paired per query within one run

@@ -52,6 +52,21 @@ def test_items_from_a_mix_of_sources(tmp_path):
     assert D.load_items([str(beir)], max_items=5, seed=1) == D.load_items([str(beir)], max_items=5, seed=1)
 
 
+def test_crops_pair_each_passage_with_a_span_of_its_own_words(tmp_path):
+    long = " ".join(f"w{i}" for i in range(40))
+    src = _write(tmp_path / "corpus.jsonl", [{"_id": "1", "title": "T", "text": long}, {"_id": "2", "text": "two words"}])
+    items = D.load_items([f"crops={src}"])
+    assert [i.passage for i in items] == [f"T {long}", "two words"]
+    q = items[0].query.split()
+    lo, hi = D.CROP_WORDS
+    assert lo <= len(q) <= hi and " ".join(q) in f"T {long}"
+    assert items[1].query == "two words"              # shorter than a crop: the whole text
+    # the same cut in every run and at every seed: the teacher's cached table stays valid
+    assert D.load_items([f"crops={src}"], seed=7) == items
+    spans = {D.crop(" ".join(f"{k}{i}" for i in range(40))) for k in "abcdefgh"}
+    assert len({len(c.split()) for c in spans}) > 1   # lengths and places vary from text to text
+
+
 @pytest.mark.parametrize("row, message", [
     ({"title": "no text"}, "needs a 'query'"),
     ({"query": ""}, "'query' must be a non-empty string"),

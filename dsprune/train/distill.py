@@ -11,7 +11,12 @@ Data (``--distill_data``, any mix of):
   triplets: their negatives become single passages), ``{query}`` rows queries, ``{text[, title]}`` rows
   passages (BEIR corpus rows); a text file: one passage per line;
 - ``queries=PATH`` or ``passages=PATH``: every text of a JSONL or text file as that kind (a BEIR
-  ``queries.jsonl`` on its own, say).
+  ``queries.jsonl`` on its own, say);
+- ``crops=PATH``: every text of a JSONL or text file as a passage, paired with a pseudo-query cut from it: a
+  span of ``CROP_WORDS`` words (Izacard et al., "Unsupervised Dense Information Retrieval with Contrastive
+  Learning"; a web query is a few words). A corpus without queries then also distils the query side: the
+  query prompt on short text, ranked against passages. Each text's span is drawn from its own hash, so every
+  run and seed cuts the same queries and shares the teacher's cached table.
 
 So every item is a query, a passage or a labelled pair. The teacher (``--teacher``; ``self`` is the starting
 model as loaded, before any ``--mask``) embeds every distinct query text (query prompt and length) and
@@ -54,7 +59,8 @@ from .data import resolve_source
 from .loop import Hooks, MicroBatch
 
 CACHE = "teacher_embeddings"
-KINDS = ("queries", "passages")
+KINDS = ("queries", "passages", "crops")
+CROP_WORDS = (4, 12)    # a pseudo-query's length in words, both ends included
 LOSSES = ("cosine", "mse")
 PLACEHOLDER = "."
 MASKED = -1e9  # a logit no softmax row can pick; finite, so masked entries give no NaN
@@ -65,7 +71,7 @@ class DistillArgs:
     distill_data: list[str] = field(default_factory=list, metadata={
         "help": "distill mode: unlabelled text, any mix of BEIR folders (corpus + queries, pairs from "
                 "--beir_split qrels), JSONL ({query[, pos|positive]} or {text}) or text files, and "
-                "queries=PATH / passages=PATH"})
+                "queries=PATH / passages=PATH / crops=PATH (each passage paired with a span of its words)"})
     distill_loss: str = field(default="cosine", metadata={"help": "student-to-teacher embedding loss: cosine | mse"})
     distill_embed_weight: float = field(default=1.0, metadata={"help": "weight of the cosine/mse term"})
     distill_kl_weight: float = field(default=1.0, metadata={
@@ -113,7 +119,10 @@ def load_items(sources, split: str = "train", max_items: int = 0, seed: int = 0)
         kind, _, rest = str(spec).partition("=")
         if rest and kind in KINDS:
             texts = load_texts(resolve_source(rest))
-            items += [Item(t, None) if kind == "queries" else Item(None, t) for t in texts]
+            if kind == "crops":
+                items += [Item(crop(t), t) for t in texts]
+            else:
+                items += [Item(t, None) if kind == "queries" else Item(None, t) for t in texts]
             continue
         path = resolve_source(spec)
         if path.is_dir():
@@ -129,6 +138,16 @@ def load_items(sources, split: str = "train", max_items: int = 0, seed: int = 0)
         keep = sorted(random.Random(seed).sample(range(len(items)), max_items))
         items = [items[i] for i in keep]
     return items
+
+
+def crop(text: str) -> str:
+    """A span of ``CROP_WORDS`` consecutive words of ``text`` (the whole text when shorter), at a place and
+    length drawn from the text's own hash."""
+    words = text.split()
+    rng = random.Random(hashlib.sha256(text.encode()).digest())
+    n = min(len(words), rng.randint(*CROP_WORDS))
+    start = rng.randint(0, len(words) - n)
+    return " ".join(words[start:start + n])
 
 
 def _beir_items(folder: Path, split: str) -> list[Item]:
