@@ -25,9 +25,27 @@ from typing import Iterator, NoReturn
 SHM = Path("/dev/shm")
 
 
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port() -> int:
-    """A local port free right now, for a rendezvous (``MASTER_PORT`` / ``--master_port``)."""
-    with socket.socket() as s:
+    """A local port free right now, for a rendezvous (``MASTER_PORT`` / ``--master_port``), drawn below the
+    kernel's ephemeral range: a port from that range (what binding port 0 gives) can go to another process's
+    outgoing connection, and a running gloo group opens many, between this check and the rendezvous's bind; the
+    launcher's store then talks to a stranger ("Ping failed, invalid value returned from server")."""
+    try:
+        low = int(EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768     # Linux's default range starts here
+    start = max(1024, low - 12000)
+    for port in [start + secrets.randbelow(low - start) for _ in range(64)] if low > start else []:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:     # nothing free below the range (or no room): any port the kernel gives
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
