@@ -3,12 +3,14 @@ import pytest
 
 from dsprune.errors import DsPruneError
 from dsprune.report import front
+from dsprune.tune.outcome import pareto_front
 
 
-def test_pareto_keeps_models_nothing_beats_on_both_axes():
+def test_the_front_keeps_models_nothing_beats_on_both_axes():
     points = [(1.0, 0.86), (1.1, 0.85), (1.2, 0.80), (2.0, 0.84), (2.0, 0.70), (9.0, 0.77), (3.0, 0.84)]
     # (1.2, 0.80) and (2.0, 0.70) lose to (2.0, 0.84); (2.0, 0.84) ties (3.0, 0.84) on quality and is slower
-    assert front.pareto(points) == [0, 1, 6, 5]
+    kept = pareto_front([{"speed": x, "mean": y} for x, y in points], {"speed": "max", "mean": "max"})
+    assert sorted(kept, key=lambda i: points[i]) == [0, 1, 6, 5]
 
 
 def _row(label, mean, speed):

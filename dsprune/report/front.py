@@ -9,19 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..tune.outcome import pareto_front
 from .figure import error_bar, pyplot, save_png
 
-
-def pareto(points: list[tuple[float, float]]) -> list[int]:
-    """Indices of the points that no other point matches or beats in both coordinates (higher is better),
-    by increasing first coordinate."""
-    order = sorted(range(len(points)), key=lambda i: (-points[i][0], -points[i][1]))
-    kept, best = [], float("-inf")
-    for i in order:
-        if points[i][1] > best:
-            kept.append(i)
-            best = points[i][1]
-    return kept[::-1]
+AXES_WIDTH = 6     # inches; the key takes what its longest line needs to the right of them
 
 
 def plot(table: dict, path: str | Path, speed: str = "document") -> Path:
@@ -31,7 +22,7 @@ def plot(table: dict, path: str | Path, speed: str = "document") -> Path:
         from ..errors import DsPruneError
         raise DsPruneError("nothing to plot: no model has both scores on every task and a bench speed-up")
     key = [f"{n:>2}  {r['label']}" for n, r in enumerate(rows, 1)]
-    width = 6.3 + 0.065 * max(len(k) for k in key)     # inches: 7 pt monospace is ~0.058 in a character
+    width = AXES_WIDTH + 0.3 + 0.065 * max(len(k) for k in key)     # inches: 7 pt monospace is ~0.058 in a character
     fig, ax = plt.subplots(figsize=(width, max(4.2, 0.19 * len(key) + 1.2)))
     points = [(r["speed"][speed], r["mean"]) for r in rows]
     for n, (r, (x, y)) in enumerate(zip(rows, points), 1):
@@ -39,7 +30,8 @@ def plot(table: dict, path: str | Path, speed: str = "document") -> Path:
         ax.errorbar([x], [y], yerr=error_bar(r.get("mean_delta")), fmt="*" if is_ref else "o",
                     ms=12 if is_ref else 6, capsize=3, color="tab:red" if is_ref else "tab:blue", alpha=0.85)
         ax.annotate(str(n), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
-    front = pareto(points)
+    front = sorted(pareto_front([{"speed": x, "mean": y} for x, y in points], {"speed": "max", "mean": "max"}),
+                   key=lambda i: points[i])
     if len(front) > 1:
         ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "--", color="tab:gray", lw=1,
                 zorder=0)
@@ -53,7 +45,7 @@ def plot(table: dict, path: str | Path, speed: str = "document") -> Path:
     ax.set_ylabel(f"mean nDCG@10 over {len(table['tasks'])} task(s)")
     ax.set_title("quality vs speed")
     ax.grid(alpha=0.3)
-    fig.text(6 / width + 0.01, 0.95, "\n".join(key), va="top", ha="left", fontsize=7,
+    fig.text(AXES_WIDTH / width + 0.01, 0.95, "\n".join(key), va="top", ha="left", fontsize=7,
              family="monospace")
-    fig.tight_layout(rect=(0, 0, 6 / width, 1))
+    fig.tight_layout(rect=(0, 0, AXES_WIDTH / width, 1))
     return save_png(fig, path, dpi=120)
