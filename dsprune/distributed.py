@@ -98,6 +98,30 @@ def check_shared_folder(folder: Path, rank: int) -> None:
                            "rank's shards)")
 
 
+# a lock this old is no build in progress (DeepSpeed's CPU ops compile in about a minute)
+STALE_LOCK_S = 900
+
+
+def stale_build_locks(root: Path | None = None, now: float | None = None) -> list[Path]:
+    """Lock files in torch's extension cache that no build has touched for ``STALE_LOCK_S``. A launch killed
+    while DeepSpeed compiles its CPU op leaves one behind, and every later launch then waits on it forever
+    without a word, so a rank names it before the process group starts the build."""
+    import time
+
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(root or os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    now = time.time() if now is None else now
+    return sorted(p for p in root.glob("*/*/lock") if now - p.stat().st_mtime > STALE_LOCK_S)
+
+
+def warn_stale_build_locks() -> None:
+    for lock in stale_build_locks():
+        logging.getLogger("dsprune").warning(
+            f"{lock} is {STALE_LOCK_S // 60}+ minutes old: left by a launch killed while it compiled? DeepSpeed "
+            "waits on it without end; delete it if no compiler is running")
+
+
 def close_process_group() -> None:
     """Wait for every rank, then destroy the default process group (a no-op when none was started)."""
     import torch.distributed as dist

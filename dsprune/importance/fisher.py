@@ -44,6 +44,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..distributed import warn_stale_build_locks
 from ..errors import DsPruneError
 from ..losses import info_nce
 from .triplets import Triplet
@@ -111,6 +112,7 @@ class ZeroRunner(LocalRunner):
             raise DsPruneError(f"dai needs a ZeRO stage 3 DeepSpeed config (got stage {stage})")
         if "optimizer" in ds_config:
             raise DsPruneError("dai's DeepSpeed config must not contain an optimizer block (none is needed)")
+        warn_stale_build_locks()
         deepspeed.init_distributed(dist_backend=dist_backend)
         cfg = dict(ds_config)
         cfg["train_micro_batch_size_per_gpu"] = 1

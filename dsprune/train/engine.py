@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from .. import formats
+from .. import distributed, formats
 from ..errors import DsPruneError
 from .arguments import TrainArgs, as_mapping, resolve_path
 
@@ -74,6 +74,7 @@ def start_process_group(args: TrainArgs) -> tuple[int, int, str]:
                            "torchrun or python), or inside dsprune.distributed.one_rank_env()")
     import deepspeed
 
+    distributed.warn_stale_build_locks()
     deepspeed.init_distributed(dist_backend=None if args.backend == "auto" else args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_RANK", 0))
