@@ -102,7 +102,7 @@ def check_shared_folder(folder: Path, rank: int) -> None:
 STALE_LOCK_S = 900
 
 
-def stale_build_locks(root: Path | None = None, now: float | None = None) -> list[Path]:
+def stale_build_locks(root: Path | None = None) -> list[Path]:
     """Lock files in torch's extension cache that no build has touched for ``STALE_LOCK_S``. A launch killed
     while DeepSpeed compiles its CPU op leaves one behind, and every later launch then waits on it forever
     without a word, so a rank names it before the process group starts the build."""
@@ -111,7 +111,7 @@ def stale_build_locks(root: Path | None = None, now: float | None = None) -> lis
     from torch.utils.cpp_extension import get_default_build_root
 
     root = Path(root or os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
-    now = time.time() if now is None else now
+    now = time.time()
     return sorted(p for p in root.glob("*/*/lock") if now - p.stat().st_mtime > STALE_LOCK_S)
 
 
