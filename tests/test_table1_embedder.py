@@ -59,6 +59,9 @@ def test_collect_and_render(tmp_path):
     text = render.render(results, tmp_path / "RESULTS.md")
     section = text[text.index("## EffiR Table 1 on a trained embedder"):text.index("## Provenance")]
     assert "2 attention layers against 2 MLPs: dropping MLPs keeps more than dropping attention layers" in section
+    line = next(x for x in section.splitlines() if x.startswith("- 2 attention layers against 2 MLPs"))
+    per_task = doc["pairs"]["attn-k2 vs mlp-k2"]["tasks"]
+    assert f"financebench {compare.interval(per_task['financebench']['delta'])}" in line.split("(per task: ")[1]
     assert f"{flops['drop-blocks-k2']:.2f}×" in section and "attention [2, 3]" in section
 
 

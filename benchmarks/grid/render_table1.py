@@ -14,7 +14,8 @@ KINDS = {"attn": "attention layers", "mlp": "MLPs", "blocks": "blocks"}
 
 
 def verdict(name: str, d: dict, drops: dict) -> str:
-    """One head-to-head pair in words: which kept more, or that the interval does not separate them."""
+    """One head-to-head pair in words: which kept more, or that the interval does not separate them; the per-task
+    intervals too, since a verdict on the mean can rest on some tasks alone."""
     (a, k), (b, _) = (x.rsplit("-", 1) for x in name.split(" vs "))
     drop = drops[f"drop-{a}-{k}"]
     count = len(drop["drop_attn"] or drop["drop_mlp"])
@@ -25,7 +26,9 @@ def verdict(name: str, d: dict, drops: dict) -> str:
         word = f"dropping {KINDS[b]} keeps more than dropping {KINDS[a]}"
     else:
         word = "the interval does not separate them"
-    return f"{count} {KINDS[a]} against {count} {KINDS[b]}: {word}; mean nDCG@10 difference {interval(m)}"
+    per_task = ", ".join(f"{t} {interval(x['delta'])}" for t, x in d["tasks"].items())
+    return (f"{count} {KINDS[a]} against {count} {KINDS[b]}: {word}; mean nDCG@10 difference {interval(m)} "
+            f"(per task: {per_task})")
 
 
 def render_table1(results: Path) -> list[str]:
