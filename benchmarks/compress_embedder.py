@@ -130,6 +130,13 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                                     "pair_main": False, "share_from": "1.1x-lora", "share": ("plan", "drop", "eval-drop"),
                                     "versus": ("1.1x-lora",),
                                     "rows": plan_rows("1.1×", ", bf16-trained, 420 steps", untrained=False)},
+            # the bfloat16 420-step run twice as long (its monitor still rose at step 420 in both seeds): the same
+            # plan, text, LoRA and seed, a learning rate that decays over 840 steps; checkpoints every 35 steps, so
+            # the run can go in pieces; nothing pairs it with the 420-step run, whose models are no longer on disk
+            "1.1x-lora-longer-bf16": {"label": "1.1× plan, distillation through LoRA in bfloat16, 840 steps",
+                                      "pair_main": False, "share_from": "1.1x-lora",
+                                      "share": ("plan", "drop", "eval-drop"),
+                                      "rows": plan_rows("1.1×", ", bf16-trained, 840 steps", untrained=False)},
             # a variant's second seed: its ``base`` run's recipe and options, and its untrained stages; ``versus``
             # pairs its trained model with other runs' at the same seed (the comparisons its base makes at 42)
             "last-seed2": {"label": "drop-last-k, second training seed", "base": "last", "set": {"distill.seed": 43},
@@ -163,6 +170,12 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                                           "rows": plan_rows("1.1×", ", bf16-trained, 420 steps, seed 43",
                                                             untrained=False),
                                           "share": ("plan", "drop", "eval-drop"), "versus": ("1.1x-lora-seed2",)},
+            "1.1x-lora-longer-bf16-seed2": {"label": "1.1× plan, distillation through LoRA in bfloat16, 840 steps, "
+                                                     "second training seed",
+                                            "base": "1.1x-lora-longer-bf16", "set": {"distill.seed": 43},
+                                            "rows": plan_rows("1.1×", ", bf16-trained, 840 steps, seed 43",
+                                                              untrained=False),
+                                            "share": ("plan", "drop", "eval-drop")},
             "1.15x-lora-wide-seed2": {"label": "1.15× plan, distillation through LoRA, wider text, "
                                                "second training seed",
                                       "base": "1.15x-lora-wide", "set": {"distill.seed": 43},
@@ -186,6 +199,7 @@ VARIANTS["1.1x-lora-long"]["set"] = {**VARIANTS["1.1x-lora"]["set"], "distill.ma
 VARIANTS["1.1x-lora-long-bf16"]["set"] = {**VARIANTS["1.1x-lora"]["set"], "distill.dtype": "bfloat16",
                                           "distill.max_steps": 420, "distill.eval_steps": 140,
                                           "distill.eval_max_length": 128}
+VARIANTS["1.1x-lora-longer-bf16"]["set"] = {**VARIANTS["1.1x-lora-long-bf16"]["set"], "distill.max_steps": 840}
 # stages a variant can take from the main run as they are: they read no stage the variant changes
 SHARED_STAGES = ("score", "mine", "mine-fin", "eval-full", "eval-minilm", "bench-minilm")
 # the pair that says whether the distillation recovers anything, paired per query within one run
