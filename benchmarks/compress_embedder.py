@@ -262,6 +262,7 @@ def distill_summary(run: Path) -> dict:
     man = formats.read_json(run / "manifest.json", "distill manifest")
     log = formats.read_jsonl(run / "log.jsonl")
     rows = [r for r in log if "loss" in r]
+    spans = pieces(run)
     keep = ("loss", "loss_cosine", "loss_kl", "loss_infonce")
     cfg = man.get("config", {})
     return {"config": {k: cfg.get(k) for k in
@@ -272,26 +273,36 @@ def distill_summary(run: Path) -> dict:
             "distill": man.get("distill"), "steps": len(rows),
             "first": {k: rows[0].get(k) for k in keep} if rows else None,
             "last": {k: rows[-1].get(k) for k in keep} if rows else None,
-            "curve": curve(run, log)}
+            "curve": curve(log, spans),
+            # a stage resumed in a later process has its last process's seconds only in the recipe's stamp;
+            # the processes' own spans (start-up and the pauses between them left out) say what it cost
+            "processes": [round(end - start, 1) for _, start, end in spans]}
 
 
-def curve(run: Path, log: list[dict]) -> list[dict]:
+def pieces(run: Path) -> list[tuple[dict, float, float]]:
+    """The processes a training stage ran in (one TensorBoard events file each, more when it resumed from a
+    checkpoint): each one's scalars and its first and last event's wall time."""
+    tb = run / "tensorboard"
+    found = []
+    for piece in sorted(tb.glob("events.out.tfevents.*")) if tb.is_dir() else []:
+        scalars = {tag: events for tag, events in tensorboard_scalars(piece).items() if events}
+        if scalars:
+            found.append((scalars, min(e[0].wall_time for e in scalars.values()),
+                          max(e[-1].wall_time for e in scalars.values())))
+    return found
+
+
+def curve(log: list[dict], spans: list[tuple[dict, float, float]]) -> list[dict]:
     """The trainer's in-run scores, each with the seconds of training since the run's first TensorBoard event
     (its step-0 evaluation, before any training), so that recoveries of different step costs meet at equal
     time. A run resumed in another process wrote another events file; the pause between the two is not
     training time, so each piece counts from its own first event, after the whole of the pieces before it."""
     points = [{"step": r["step"], "ndcg_at_10": r["eval_ndcg_at_10"]} for r in log if "eval_ndcg_at_10" in r]
-    tb = run / "tensorboard"
-    pieces = sorted(tb.glob("events.out.tfevents.*")) if tb.is_dir() else []
     at: dict[int, float] = {}
     before = 0.0
-    for piece in pieces:
-        scalars = {tag: events for tag, events in tensorboard_scalars(piece).items() if events}
-        if not scalars:
-            continue
-        start = min(events[0].wall_time for events in scalars.values())
+    for scalars, start, end in spans:
         at.update({e.step: before + e.wall_time - start for e in scalars.get("eval/ndcg_at_10", [])})
-        before += max(events[-1].wall_time for events in scalars.values()) - start
+        before += end - start
     return [{**p, **({"seconds": round(at[p["step"]], 1)} if p["step"] in at else {})} for p in points]
 
 

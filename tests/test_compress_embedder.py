@@ -420,6 +420,7 @@ def test_infonce_variant_renders_its_recovery_and_the_curves_meet_in_minutes(tmp
     doc = json.loads(ce.collect({}, ce.out_of("infonce"), results, "infonce").read_text())
     assert doc["distill"]["curve"] == [{"step": 2, "ndcg_at_10": 0.3, "seconds": 180.0},
                                        {"step": 4, "ndcg_at_10": 0.35, "seconds": 240.0}]
+    assert doc["distill"]["processes"] == [180.0, 60.0]
     ce.plot_runs(results)
     assert (results / "compress_embedder_curves.png").is_file()
     text = render.render(results, tmp_path / "RESULTS.md")
@@ -427,6 +428,11 @@ def test_infonce_variant_renders_its_recovery_and_the_curves_meet_in_minutes(tmp
            "passages from ['g.jsonl'], LoRA r=32 α=64" in text
     assert "Recovery in the InfoNCE LoRA recovery run (InfoNCE LoRA − no recovery" in text
     assert "  - InfoNCE LoRA recovery (at most 128 tokens): 2: 0.3000 (3 min), 4: 0.3500 (4 min)." in text
+    # the recipe's stamp holds the last process's seconds only; the sum counts both processes' spans
+    others = sum(s["seconds"] or 0 for s in doc["stages"] if s["name"] != "distill")
+    assert (f"Its stages' times sum to {(others + 240) / 60:.0f} min (a stage taken finished from another run counts "
+            "that run's time; the distillation ran in 2 processes, resumed from its checkpoints, and counts their "
+            "spans, without each one's start-up)." in text)
     assert "![learning curves against time](results/compress_embedder_curves.png)" in text
 
 

@@ -493,9 +493,7 @@ def render_compress(results: Path, md: Path) -> list[str]:
         slimmed = f", slims the kept MLPs by {vp['slim_ratio']}" if vp.get("slim_ratio") else ""
         out.append(f"- **{v['variant']['label']}** (`{v['command']}`): {how}: drops "
                    f"{len(vp['attn'])} attention sub-layers {vp['attn']} and {len(vp['mlp'])} MLPs {vp['mlp']}"
-                   f"{slimmed}, FLOP ratio {vp['flop_ratio']:.3f}×, then {recovery_of(v, d)}. Its stages' times sum to "
-                   f"{sum(s.get('seconds') or 0 for s in v['stages']) / 60:.0f} min (a stage taken finished from "
-                   "another run counts that run's time).")
+                   f"{slimmed}, FLOP ratio {vp['flop_ratio']:.3f}×, then {recovery_of(v, d)}. {stage_minutes(v)}")
         added = [x for x in text_sources(v) if x not in text_sources(d)]
         if added:
             out.append(f"  - **Confound:** its distillation text adds {', '.join(added)}, unlabelled; where one is a "
@@ -543,6 +541,18 @@ def compress_runs(results: Path) -> tuple[dict, list[dict], dict] | None:
     # a run's other seeds right after it
     variants.sort(key=lambda v: (family(v), v["variant"]["name"] != family(v), v["variant"]["name"]))
     return d, variants, {**table, "rows": table["rows"] + [r for v in variants for r in variant_rows(v, ref)]}
+
+
+def stage_minutes(v: dict) -> str:
+    """The run's compute: its stages' seconds, where a distillation that resumed in later processes counts
+    each process's span from its TensorBoard events (the recipe's stamp holds only the last process's)."""
+    processes = (v.get("distill") or {}).get("processes") or []
+    pieced = len(processes) > 1
+    total = sum((sum(processes) if pieced and s["name"] == "distill" else s.get("seconds") or 0)
+                for s in v["stages"])
+    return (f"Its stages' times sum to {total / 60:.0f} min (a stage taken finished from another run counts that "
+            "run's time" + (f"; the distillation ran in {len(processes)} processes, resumed from its checkpoints, "
+                            "and counts their spans, without each one's start-up" if pieced else "") + ").")
 
 
 def curve_lines(d: dict, variants: list[dict], table: dict) -> list[str]:
