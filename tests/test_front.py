@@ -27,3 +27,15 @@ def test_plot_writes_a_png_and_refuses_an_empty_table(tmp_path):
     with pytest.raises(DsPruneError, match="nothing to plot"):
         front.plot({**table, "rows": table["rows"][3:]}, tmp_path / "g.png")
     assert not (tmp_path / "g.png").exists()
+
+
+def test_a_target_shades_the_corner_to_reach(tmp_path):
+    table = {"reference": "unpruned", "tasks": ["a"],
+             "rows": [_row("unpruned", 0.86, 1.0), _row("pruned", 0.84, 2.4), _row("small", 0.77, 9.2)]}
+    plain = front.plot(table, tmp_path / "plain.png").read_bytes()
+    marked = front.plot(table, tmp_path / "target.png", target=(2.0, 0.97)).read_bytes()
+    assert marked != plain
+    # without the reference among the rows there is no score to take the share of: the plot stays plain
+    rest = {**table, "rows": table["rows"][1:]}
+    assert (front.plot(rest, tmp_path / "a.png", target=(2.0, 0.97)).read_bytes()
+            == front.plot(rest, tmp_path / "b.png").read_bytes())

@@ -3,7 +3,8 @@
 Error bars are the paired bootstrap interval of each model's difference to the reference, drawn around its
 score, so overlapping bars mean "not distinguishable on these queries". Points carry numbers and a key beside
 the axes: models of one recipe sit close together, where labels written at the points overwrite each other.
-The dashed line joins the models no other model beats on both axes.
+The dashed line joins the models no other model beats on both axes. A target (a speed-up and a share of the
+reference's score) shades the corner a model must reach, so a bar that dips out of it reads at a glance.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from .figure import error_bar, pyplot, save_png
 AXES_WIDTH = 6     # inches; the key takes what its longest line needs to the right of them
 
 
-def plot(table: dict, path: str | Path, speed: str = "document") -> Path:
+def plot(table: dict, path: str | Path, speed: str = "document", target: tuple[float, float] | None = None) -> Path:
+    """``target``: (speed-up, share of the reference's mean), drawn as the corner to reach."""
     plt = pyplot()
     rows = [r for r in table["rows"] if r["mean"] is not None and speed in r["speed"]]
     if not rows:
@@ -35,6 +37,17 @@ def plot(table: dict, path: str | Path, speed: str = "document") -> Path:
     if len(front) > 1:
         ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "--", color="tab:gray", lw=1,
                 zorder=0)
+    if target is not None:
+        ref = next((y for r, (_, y) in zip(rows, points) if r["label"] == table["reference"]), None)
+        if ref is not None:
+            fast, share = target
+            ax.axvline(fast, color="tab:green", lw=0.8, ls=":")
+            ax.axhline(share * ref, color="tab:green", lw=0.8, ls=":")
+            top = max(max(y for _, y in points), share * ref) + 0.01
+            ax.fill_between([fast, max(max(x for x, _ in points), fast) * 1.1], share * ref, top,
+                            color="tab:green", alpha=0.08,
+                            zorder=0, label=f"target: ≥ {fast:g}× at ≥ {share:g} of {table['reference']}")
+            ax.legend(loc="lower left", fontsize=7)
     xs = [x for x, _ in points]
     if max(xs) / max(min(xs), 1e-9) > 4:
         ax.set_xscale("log")     # one far-off fast model would squeeze every pruned model into one column
