@@ -37,18 +37,16 @@ def plot(table: dict, path: str | Path, speed: str = "document", target: tuple[f
     if len(front) > 1:
         ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "--", color="tab:gray", lw=1,
                 zorder=0)
-    if target is not None:
-        ref = next((y for r, (_, y) in zip(rows, points) if r["label"] == table["reference"]), None)
-        if ref is not None:
-            fast, share = target
-            ax.axvline(fast, color="tab:green", lw=0.8, ls=":")
-            ax.axhline(share * ref, color="tab:green", lw=0.8, ls=":")
-            top = max(max(y for _, y in points), share * ref) + 0.01
-            ax.fill_between([fast, max(max(x for x, _ in points), fast) * 1.1], share * ref, top,
-                            color="tab:green", alpha=0.08,
-                            zorder=0, label=f"target: ≥ {fast:g}× at ≥ {share:g} of {table['reference']}")
-            ax.legend(loc="lower left", fontsize=7)
-    xs = [x for x, _ in points]
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    ref = next((y for r, y in zip(rows, ys) if r["label"] == table["reference"]), None)
+    if target is not None and ref is not None:
+        fast, share = target
+        ax.axvline(fast, color="tab:green", lw=0.8, ls=":")
+        ax.axhline(share * ref, color="tab:green", lw=0.8, ls=":")
+        ax.fill_between([fast, max(max(xs), fast) * 1.1], share * ref, max(max(ys), share * ref) + 0.01,
+                        color="tab:green", alpha=0.08, zorder=0,
+                        label=f"target: ≥ {fast:g}× at ≥ {share:g} of {table['reference']}")
+        ax.legend(loc="lower left", fontsize=7)
     if max(xs) / max(min(xs), 1e-9) > 4:
         ax.set_xscale("log")     # one far-off fast model would squeeze every pruned model into one column
         times = plt.FuncFormatter(lambda v, _: f"{v:g}×" if f"{v:g}"[0] in "1235" else "")
