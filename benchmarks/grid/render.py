@@ -21,7 +21,7 @@ from .._common import REPO
 from .render_dai_modes import dai_tag, render_dai_modes
 from .render_drop_position import render_drop_position
 from .render_first_loss import effir_start_lines
-from .render_seeds import another_seed, comparison_lines, family, recovery_lines
+from .render_seeds import another_seed, comparison_lines, family, recovery_lines, target_lines
 from .render_seeds import verdict as seed_verdict
 from .render_overlap import render_overlap
 from .render_gaprune_embedder import render_gaprune_embedder
@@ -505,7 +505,7 @@ def render_compress(results: Path, md: Path) -> list[str]:
                        f"{interval(a['mean_delta'])}"
                        + ((" (the same plan, another seed: the spread between seeds)." if another_seed(v, base)
                            else " (one training seed: not a verdict).") if a.get("trained") else " (no training)."))
-    out += recovery_lines(d, variants) + comparison_lines(d, variants)
+    out += recovery_lines(d, variants) + comparison_lines(d, variants) + target_lines(d, variants, ref)
     out.append("")
     for r in table["rows"]:
         if r is not ref and r.get("mean") is not None and ref.get("mean"):
