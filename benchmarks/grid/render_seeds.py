@@ -1,7 +1,9 @@
-"""What the compress-embedder runs say about recovery when the same plan was distilled with more than one seed.
+"""What the compress-embedder runs say when the same plan was distilled with more than one seed: about
+recovery, about one run against another, and about the recipe's target (≥ 2× at ≥ 0.97 of the unpruned mean).
 
 A verdict needs two training seeds whose paired intervals (distilled − the same pruned model, per query)
-both exclude 0 on the same side; the words are taken from the intervals, so they cannot outrun them.
+both exclude 0 on the same side, and the target two seeds whose intervals' low ends clear its bar; the words
+are taken from the intervals, so they cannot outrun them.
 """
 from __future__ import annotations
 
