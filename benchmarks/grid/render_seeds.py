@@ -126,9 +126,8 @@ def target_lines(main: dict, variants: list[dict], ref: dict, target: tuple[floa
         entries.sort(key=lambda e: str(e[0]))
         keeps = [d["low"] >= bar for _, _, _, d in entries]
         seeds = len({s for s, _, _, _ in entries})
-        each = "; ".join(f"seed {s}: {d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] at {sp['document']:.2f}× "
-                         f"/ {sp['query']:.2f}×, {'keeps' if k else 'misses'}"
-                         for (s, _, sp, d), k in zip(entries, keeps))
+        each = "; ".join(f"seed {s}: {interval(d)} at {sp['document']:.2f}× / {sp['query']:.2f}×, "
+                         f"{'keeps' if k else 'misses'}" for (s, _, sp, d), k in zip(entries, keeps))
         words = ("not shown: a seed's low end is under the bar" if not all(keeps) else
                  f"shown ({seeds} seeds, every low end above the bar)" if seeds >= 2 else
                  "kept in one training seed: not shown")
