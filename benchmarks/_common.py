@@ -60,9 +60,10 @@ def copy_file(src: Path, dest: Path) -> None:
 
 
 def collect_recipe(recipe: Path, params: dict, out: Path, command: list[str], rerun: str,
-                   report: str = "report") -> dict:
+                   report: str = "report", only: list[str] | None = None) -> dict:
     """A finished recipe run as a results document: its ``report`` stage's report, each stage's command and
-    time, the code version. ``rerun`` is the command to name when a stage has not finished."""
+    time, the code version. ``rerun`` is the command to name when a stage has not finished; ``only``: the stages
+    a partial run (``dsprune run --only``) was asked for, the others need not have run."""
     import shlex
 
     from dsprune import formats
@@ -71,6 +72,8 @@ def collect_recipe(recipe: Path, params: dict, out: Path, command: list[str], re
     _, stages = load_recipe(recipe, params=params)
     done = []
     for s in stages:
+        if only is not None and s.name not in only:
+            continue
         stamp = out / s.name / STAMP
         if not stamp.is_file():
             raise SystemExit(f"{stamp}: stage {s.name!r} has not finished; rerun {rerun}")

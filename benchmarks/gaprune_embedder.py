@@ -6,12 +6,13 @@ after retraining on the domain?
 Runs ``recipes/gaprune-embedder.yaml`` (sample → DAI statistics, per sample and as the authors' code → one
 mask per method → eval → the same LoRA retraining of every mask and of the unpruned model → eval → two
 reports) into ``out/recipes/gaprune-embedder``. About 11 hours on 2 CPU cores; finished stages are reused, so
-it can run in pieces (a retraining stage resumes from its last checkpoint); ``--param 'tasks=[financebench,
-scifact_small]'`` leaves the MS MARCO subset out of every evaluation, most of their time. Keeps both reports (paired bootstrap
-intervals against the unpruned model, and against the unpruned model retrained alike), the structured mask's
-measured speed-up, each DAI run's figures, the share of each mask's keep/prune decisions that differ from
-magnitude's, the stage times and the command as ``benchmarks/results/gaprune_embedder.json``, and re-renders
-RESULTS.md.
+it can run in pieces (a retraining stage resumes from its last checkpoint), and ``--part oneshot`` runs and keeps
+Table 1 alone, the stages up to ``report-oneshot``, so the one-shot half lands before the retraining is done.
+``--param 'tasks=[scifact_small, financebench]'`` leaves the MS MARCO subset out of every evaluation, most of their
+time. Keeps both reports (paired bootstrap intervals against the unpruned model, and against the unpruned model
+retrained alike), the retraining's settings, the structured mask's measured speed-up, each DAI run's figures, the
+share of each mask's keep/prune decisions that differ from magnitude's, the stage times and the command as
+``benchmarks/results/gaprune_embedder.json``, and re-renders RESULTS.md.
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (REPO, collect_recipe, keep_results, recipe_command, recipe_parser,  # noqa: E402
-                               rerender, run_recipe_command)
+from benchmarks._common import (REPO, collect_recipe, keep_results, link_finished_stage, recipe_command,  # noqa: E402
+                               recipe_parser, rerender, run_recipe_command)
 from dsprune import formats  # noqa: E402
 from dsprune.report import compare  # noqa: E402
 
@@ -33,8 +34,28 @@ DAI_RUNS = ("dai", "dai-ref")
 DAI_FIGURES = ("n_general", "n_domain", "loss_general", "loss_domain", "mean_abs_fisher_term_over_magnitude_term")
 
 
-def command(params: dict) -> list[str]:
-    return recipe_command(RECIPE, OUT, params)
+RETRAINING = ("max_steps", "per_device_batch_size", "group_size", "lora_r", "lora_alpha", "learning_rate", "dtype",
+              "seed", "passage_max_length", "query_max_length")
+
+
+def oneshot_stages() -> list[str]:
+    """Table 1's stages: everything the recipe runs before any retraining."""
+    from dsprune.recipe import load_recipe
+
+    _, stages = load_recipe(RECIPE)
+    return [s.name for s in stages if "retrain" not in s.name]
+
+
+def command(params: dict, part: str = "all") -> list[str]:
+    cmd = recipe_command(RECIPE, OUT, params)
+    return cmd + ["--only", *oneshot_stages()] if part == "oneshot" else cmd
+
+
+def share_unpruned_eval(out: Path) -> None:
+    """The unpruned model's evaluation is the same stage in recipes/compress-embedder.yaml: hard-link a finished one
+    (the recipe reuses it only if its fingerprint, the same model, tasks and lengths, matches)."""
+    for src in sorted(OUT.parent.glob("compress-embedder*/eval-full")):
+        link_finished_stage(src, out / "eval-full")
 
 
 def masks(out: Path) -> list[str]:
@@ -57,13 +78,23 @@ def against_magnitude(out: Path) -> dict:
     return found
 
 
-def collect(params: dict, out: Path, results: Path) -> Path:
+def collect(params: dict, out: Path, results: Path, part: str = "all") -> Path:
+    """``part`` oneshot keeps Table 1 with ``retrained`` None: the retraining stages need not have run."""
     model = params.get("model", "embeddinggemma-300m")
     doc = {"title": f"GAPrune Tables 1 and 2 on a trained embedder ({model}): 50 % of the MLP weights, one-shot "
                     "and retrained on FinanceBench train",
-           **collect_recipe(RECIPE, params, out, command(params), "benchmarks/gaprune_embedder.py",
-                            report="report-oneshot")}
-    doc["retrained"] = formats.read_json(out / "report-retrain" / "report.json", "retraining report")
+           **collect_recipe(RECIPE, params, out, command(params, part), "benchmarks/gaprune_embedder.py",
+                            report="report-oneshot", only=oneshot_stages() if part == "oneshot" else None)}
+    doc["part"] = part
+    doc["retrained"] = (None if part == "oneshot" else
+                        formats.read_json(out / "report-retrain" / "report.json", "retraining report"))
+    doc["retraining"] = None
+    if part == "all":
+        from dsprune.recipe import STAMP, load_recipe
+
+        control = formats.read_json(out / "retrain-full" / STAMP, "stage stamp")["args"]
+        ranks = {s.name: s.num_gpus for s in load_recipe(RECIPE, params=params)[1]}["retrain-full"]
+        doc["retraining"] = {**{k: control.get(k) for k in RETRAINING}, "ranks": ranks}
     doc["dai"] = {}
     for run in DAI_RUNS:
         man = formats.read_json(out / run / "manifest.json", "dai manifest")
@@ -83,14 +114,19 @@ def collect(params: dict, out: Path, results: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = recipe_parser(__doc__, "model, sparsity")
+    ap.add_argument("--part", choices=("all", "oneshot"), default="all",
+                    help="oneshot: only Table 1's stages (no retraining), kept with the retrained table pending")
     a = ap.parse_args(argv)
     params = dict(p.split("=", 1) for p in a.param)
     if not a.collect:
-        run_recipe_command(command(params), OUT, "about 11 h on 2 CPU cores; ")
-    dest = collect(params, OUT, Path(a.results))
+        share_unpruned_eval(OUT)
+        run_recipe_command(command(params, a.part), OUT,
+                           "about 11 h on 2 CPU cores; " if a.part == "all" else "Table 1 only; ")
+    dest = collect(params, OUT, Path(a.results), a.part)
     doc = formats.read_json(dest, "results")
     print(compare.markdown(doc["report"]))
-    print(compare.markdown(doc["retrained"]))
+    if doc["retrained"] is not None:
+        print(compare.markdown(doc["retrained"]))
     rerender()
     return 0
 

@@ -3,6 +3,7 @@ the same mask budget, evaluation and retraining; the collected JSON keeps both r
 decisions are from magnitude's; RESULTS.md shows them."""
 import json
 
+import pytest
 import torch
 
 from benchmarks import gaprune_embedder as ge
@@ -40,9 +41,25 @@ def test_every_method_gets_the_same_budget_evaluation_and_retraining():
 
 def test_the_tasks_param_scales_every_evaluation_alike():
     from dsprune.recipe import parse_params
-    _, stages = load_recipe(ge.RECIPE, params=parse_params(["tasks=[financebench, scifact_small]"]))
+    _, stages = load_recipe(ge.RECIPE, params=parse_params(["tasks=[scifact_small, financebench]"]))
     evals = [s for s in stages if s.command == "eval"]
-    assert len(evals) == 16 and all(s.args["task"] == ["financebench", "scifact_small"] for s in evals)
+    assert len(evals) == 16 and all(s.args["task"] == ["scifact_small", "financebench"] for s in evals)
+
+
+def test_the_unpruned_evaluation_is_compress_embedders_stage():
+    """Same arguments, so the fingerprint matches and a finished eval-full is shared rather than rerun."""
+    from benchmarks import compress_embedder as ce
+    _, theirs = load_recipe(ce.RECIPE)
+    assert _stages()["eval-full"].args == {s.name: s for s in theirs}["eval-full"].args
+
+
+def test_oneshot_part_runs_table_1_alone():
+    names = ge.oneshot_stages()
+    assert {"sample", "dai", "dai-ref", "eval-full", "bench-neurons", "report-oneshot"} <= set(names)
+    assert not [n for n in names if "retrain" in n]
+    assert set(names) | {n for n in _stages() if "retrain" in n} == set(_stages())
+    cmd = ge.command({}, "oneshot")
+    assert cmd[cmd.index("--only") + 1:] == names and "--only" not in ge.command({})
 
 
 def test_dai_runs_are_the_papers_reading_and_the_authors_code():
@@ -97,7 +114,28 @@ def test_collect_and_render(tmp_path, monkeypatch):
     section = text[text.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
     assert "- `dai`: DAI as the paper writes it" in section and "6.25% of its keep/prune decisions differ" in section
     assert "**Retrained on FinanceBench train** (GAPrune Table 2)" in section
-    assert "One retraining seed: no row is called better or worse" in section
+    assert "the retraining one seed: no row is called better or worse" in section
     # the fake run evaluates two tasks, as a run with the scaled `tasks` param does
     assert "msmarco_trecdl_subset" not in doc["report"]["tasks"]
     assert "the MS MARCO subset, a general eval, is left out (the recipe's `tasks` param)" in section
+    assert doc["retraining"]["dtype"] == "bfloat16" and doc["retraining"]["ranks"] == 2
+    assert "retraining 40 LoRA steps (r=32, α=64, learning rate 0.0002) of 2 queries per rank × 2 ranks, groups of " \
+        "4 passages, in bfloat16, seed 42" in section
+
+
+def test_oneshot_collect_needs_no_retraining_and_renders_it_pending(tmp_path, monkeypatch):
+    import shutil
+    monkeypatch.setattr(ge, "OUT", tmp_path / "out")
+    out, results = _fake_run(tmp_path), tmp_path / "results"
+    for folder in out.iterdir():
+        if "retrain" in folder.name:
+            shutil.rmtree(folder)
+    with pytest.raises(SystemExit, match="'retrain-full' has not finished"):
+        ge.collect({}, out, results)
+    doc = json.loads(ge.collect({}, out, results, "oneshot").read_text())
+    assert doc["retrained"] is None and doc["retraining"] is None and doc["part"] == "oneshot"
+    assert "--only" in doc["command"] and not [s for s in doc["stages"] if "retrain" in s["name"]]
+    section = render.render(results, tmp_path / "RESULTS.md")
+    section = section[section.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
+    assert "**One-shot** (GAPrune Table 1)" in section and "retraining: not run yet" in section
+    assert "*pending*: the retraining stages have not run" in section

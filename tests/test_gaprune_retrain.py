@@ -49,6 +49,8 @@ def _check(out, model, mask_dir, moved_somewhere=True):
     ("zero3_full", ["--deepspeed", "ds_configs/zero3.json", "--lora", "false", "--deepspeed_overrides",
                     json.dumps({"zero_optimization": {"stage3_param_persistence_threshold": 0}})]),
     ("zero2_lora", ["--deepspeed", "ds_configs/zero2.json", "--lora", "true"]),
+    # recipes/gaprune-embedder.yaml retrains in bfloat16: the mask must hold through its LoRA merge too
+    ("zero2_lora_bf16", ["--deepspeed", "ds_configs/zero2.json", "--lora", "true", "--dtype", "bfloat16"]),
 ])
 def test_mask_held_through_retraining(setup, name, extra):
     root, model, cfg = setup
