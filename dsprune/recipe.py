@@ -36,6 +36,7 @@ from .config import load_config_file
 from .distributed import free_port, remove_shm_buffers
 from .errors import DsPruneError
 from .settings import REPO_ROOT, shared_dir
+from .train import checkpoints
 
 STAMP = "stage.json"
 _REF = re.compile(r"\$\{([A-Za-z0-9_\-]+)\}")
@@ -320,7 +321,7 @@ def _run_stage(stage: Stage, args: dict, folder: Path, execute: Execute, fp: str
         # the run folder is the trainer's to replace, so the fingerprint of the run it holds lives beside it
         started = folder.parent / f".{folder.name}.started"
         same_run = started.is_file() and started.read_text().strip() == fp
-        if stage.launcher == "train" and same_run and (folder / "checkpoints" / "latest").is_file():
+        if stage.launcher == "train" and same_run and checkpoints.resumable(folder / "checkpoints"):
             args.pop("overwrite", None)  # an interrupted run of this very stage: continue it
             args["resume"] = True
         elif stage.launcher == "train" and folder.exists() and not args.get("resume"):

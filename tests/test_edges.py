@@ -275,7 +275,7 @@ def test_the_train_launcher_refuses_before_anything_starts(llama, tmp_path, caps
 def test_resume_takes_the_newest_checkpoint_whose_commit_mark_matches(tmp_path, capsys):
     """The rule the launcher test exercises on a real torn ZeRO-3 checkpoint, on every way a save can be torn."""
     from dsprune.errors import DsPruneError
-    from dsprune.train import engine
+    from dsprune.train import checkpoints
     from dsprune.train.runlog import _read
 
     for step in (4, 8, 12, 16):
@@ -283,20 +283,27 @@ def test_resume_takes_the_newest_checkpoint_whose_commit_mark_matches(tmp_path, 
         (tag / "sub").mkdir(parents=True)
         (tag / "shard.pt").write_bytes(b"x" * 100)
         (tag / "sub" / "state.pt").write_bytes(b"y" * 10)
-    assert engine.complete_checkpoint(tmp_path) is None           # no marks at all: DeepSpeed's own `latest`
+    # no marks at all, as a run killed while writing its first checkpoint leaves it (DeepSpeed's `latest` may
+    # already name it): nothing to resume
+    assert not checkpoints.resumable(tmp_path)
+    with pytest.raises(DsPruneError, match="no complete checkpoint .* step4 is incomplete \\(no commit mark"):
+        checkpoints.complete_checkpoint(tmp_path)
     for step in (4, 8, 12):
-        formats.write_json(tmp_path / f"step{step}" / engine.COMMIT,
-                           {"step": step, "files": engine._files(tmp_path / f"step{step}")})
+        formats.write_json(tmp_path / f"step{step}" / checkpoints.COMMIT,
+                           {"step": step, "files": checkpoints.files(tmp_path / f"step{step}")})
     (tmp_path / "step12" / "shard.pt").write_bytes(b"x" * 50)     # cut short
     (tmp_path / "step8" / "sub" / "state.pt").unlink()            # lost
-    assert engine.complete_checkpoint(tmp_path) == "step4"
+    assert checkpoints.resumable(tmp_path)
+    capsys.readouterr()
+    assert checkpoints.complete_checkpoint(tmp_path) == "step4"
     said = capsys.readouterr().out.strip().splitlines()
     assert said == ["--resume: checkpoint step16 is incomplete (no commit mark: the save did not finish); "
                     "step12 is incomplete (shard.pt has 50 bytes, 100 when written); step8 is incomplete "
                     "(sub/state.pt is missing); resuming from step4"]
     (tmp_path / "step4" / "extra.pt").write_bytes(b"z")
+    assert not checkpoints.resumable(tmp_path)
     with pytest.raises(DsPruneError, match="no complete checkpoint .* step4 is incomplete \\(extra.pt was not"):
-        engine.complete_checkpoint(tmp_path)
+        checkpoints.complete_checkpoint(tmp_path)
     log = tmp_path / "log.jsonl"
     log.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')   # a row cut short by the kill
     assert _read(log) == [{"step": 1}, {"step": 2}]

@@ -138,7 +138,11 @@ def test_param_values_from_the_command_line_are_typed():
 
 
 def test_train_stage_resumes_only_its_own_interrupted_run(tmp_path):
-    """A checkpoint left by an interrupted run is continued; one left by a run with other inputs is replaced."""
+    """A complete checkpoint left by an interrupted run is continued; one left by a run with other inputs is
+    replaced, and so is a run killed while writing its first checkpoint (DeepSpeed's `latest` already names it)."""
+    from dsprune import formats
+    from dsprune.train import checkpoints
+
     def recipe(lr):
         p = tmp_path / "t.yaml"
         p.write_text(f"out: {tmp_path / 'out'}\nstages:\n  - name: fit\n    launcher: train\n"
@@ -147,10 +151,14 @@ def test_train_stage_resumes_only_its_own_interrupted_run(tmp_path):
 
     calls = []
 
-    def interrupted(cmd, folder):   # the launch dies after its first checkpoint
+    def interrupted(cmd, folder, marked=True):   # the launch dies after (or while) writing its first checkpoint
         calls.append(cmd)
-        (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
-        (folder / "checkpoints" / "latest").write_text("step_1")
+        tag = folder / "checkpoints" / "step1"
+        tag.mkdir(parents=True, exist_ok=True)
+        (tag / "shard.pt").write_bytes(b"x")
+        (folder / "checkpoints" / "latest").write_text("step1")
+        if marked:
+            formats.write_json(tag / checkpoints.COMMIT, {"step": 1, "files": checkpoints.files(tag)})
         return 1
 
     for lr in (0.1, 0.1, 0.2):
@@ -160,6 +168,12 @@ def test_train_stage_resumes_only_its_own_interrupted_run(tmp_path):
     assert "--resume" not in first
     assert "--resume" in same and "--overwrite" not in same
     assert "--resume" not in changed and "--overwrite" in changed
+
+    shutil.rmtree(tmp_path / "out")
+    for _ in range(2):
+        with pytest.raises(DsPruneError, match="stage 'fit' failed"):
+            run_recipe(recipe(0.1), execute=lambda cmd, folder: interrupted(cmd, folder, marked=False))
+    assert "--resume" not in calls[-1] and "--overwrite" in calls[-1]
 
 
 def test_set_changes_one_stage_option_for_a_run(tiny_dirs, tmp_path, finished, capsys):

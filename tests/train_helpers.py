@@ -93,20 +93,20 @@ def ok(proc) -> None:
 
 def launch_and_kill(args: list[str], out: Path, min_step: int, timeout: int = 300,
                     extra_env: dict | None = None, leave_shm: bool = False) -> int:
-    """Start a run, SIGKILL its whole process group once a checkpoint of step >= ``min_step`` exists; its shm
-    buffers are removed unless ``leave_shm`` (as a user's kill leaves them, for the next launch to find)."""
+    """Start a run, SIGKILL its whole process group once a checkpoint of step >= ``min_step`` is complete (its
+    commit mark written: DeepSpeed's ``latest`` can name a checkpoint other ranks are still writing); returns that
+    step. Its shm buffers are removed unless ``leave_shm`` (as a user's kill leaves them, for the next launch)."""
+    from dsprune.train import checkpoints
+
     port = free_port()
     proc = subprocess.Popen(command(args, port=port), env=env(extra_env), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    latest = out / "checkpoints" / "latest"
-    t0 = time.time()
+    t0, done = time.time(), []
     try:
-        while time.time() - t0 < timeout:
-            if latest.is_file():
-                tag = latest.read_text().strip()
-                if tag.startswith("step") and int(tag[4:]) >= min_step:
-                    break
-            if proc.poll() is not None:
+        while time.time() - t0 < timeout and not done:
+            done = [int(t.name[4:]) for t in checkpoints.tags(out / "checkpoints")
+                    if int(t.name[4:]) >= min_step and (t / checkpoints.COMMIT).is_file()]
+            if not done and proc.poll() is not None:
                 raise AssertionError("training finished before it could be killed")
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGKILL)
@@ -114,7 +114,8 @@ def launch_and_kill(args: list[str], out: Path, min_step: int, timeout: int = 30
         proc.wait()
         if not leave_shm:
             remove_shm_buffers(port)  # killed ranks never unlink theirs
-    return int(latest.read_text().strip()[4:])
+    assert done, f"no complete checkpoint of step >= {min_step} within {timeout} s"
+    return max(done)
 
 
 def read_log(out: Path) -> list[dict]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..errors import DsPruneError
 from ..formats import json_object
 from ..settings import REPO_ROOT
+from . import checkpoints
 
 DTYPES = ("float32", "bfloat16", "float16")
 LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
@@ -182,7 +183,8 @@ def validate(args: TrainArgs) -> None:
     as_mapping(args.encoder, "encoder")
     out = Path(args.output_dir)
     if args.resume:
-        need((out / "checkpoints" / "latest").is_file(),
-             f"--resume: no checkpoint in {out / 'checkpoints'} (start without --resume)")
+        need(checkpoints.resumable(out / "checkpoints"),
+             f"--resume: no complete checkpoint in {out / 'checkpoints'} (a save cut short does not count; start "
+             "without --resume, with --overwrite)")
     elif out.exists() and any(out.iterdir()) and not args.overwrite:
         raise DsPruneError(f"output folder exists: {out} (pass --resume to continue it or --overwrite)")

@@ -9,7 +9,6 @@ starts must stay fast.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from .. import distributed, formats
+from . import checkpoints
 from ..errors import DsPruneError
 from .arguments import TrainArgs, as_mapping, resolve_path
 
@@ -164,60 +164,9 @@ def wrap(model: torch.nn.Module, args: TrainArgs, groups: list[dict], world: int
     return engine, cfg
 
 
-# Written last into each checkpoint, once every rank has written its shards: the checkpoint's files and their
-# sizes. A checkpoint without it, or whose files differ from it, was torn by a crash and is never loaded.
-COMMIT = "commit.json"
-
-
-def _files(tag: Path) -> dict[str, int]:
-    return {str(p.relative_to(tag)): p.stat().st_size for p in sorted(tag.rglob("*"))
-            if p.is_file() and p.name != COMMIT}
-
-
-def _tags(ckdir: Path) -> list[Path]:
-    """The checkpoints in ``ckdir``, newest first."""
-    tags = [p for p in ckdir.glob("step*") if p.is_dir() and p.name[4:].isdigit()]
-    return sorted(tags, key=lambda p: -int(p.name[4:]))
-
-
-def _torn(tag: Path) -> str | None:
-    """Why the checkpoint ``tag`` cannot be trusted, or None when its files are the ones its commit lists."""
-    try:
-        listed = json.loads((tag / COMMIT).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return "no commit mark: the save did not finish"
-    found = _files(tag)
-    bad = sorted(f for f in set(listed) | set(found) if listed.get(f) != found.get(f))
-    if not bad:
-        return None
-    f, more = bad[0], f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-    if f not in found:
-        return f"{f} is missing{more}"
-    if f not in listed:
-        return f"{f} was not part of the save{more}"
-    return f"{f} has {found[f]:,} bytes, {listed[f]:,} when written{more}"
-
-
-def complete_checkpoint(ckdir: Path) -> str | None:
-    """The newest checkpoint whose commit mark matches its files; newer torn ones are named in one line.
-    None when no checkpoint carries a mark (written before marks existed): DeepSpeed's ``latest`` then."""
-    tags = _tags(ckdir)
-    if not any((t / COMMIT).is_file() for t in tags):
-        return None
-    skipped = []
-    for tag in tags:
-        why = _torn(tag)
-        if why is None:
-            if skipped and (not dist.is_initialized() or dist.get_rank() == 0):
-                print(f"--resume: checkpoint {'; '.join(skipped)}; resuming from {tag.name}", flush=True)
-            return tag.name
-        skipped.append(f"{tag.name} is incomplete ({why})")
-    raise DsPruneError(f"--resume: no complete checkpoint in {ckdir}: {'; '.join(skipped)}")
-
-
 def load_checkpoint(engine, ckdir: Path, world: int, args: TrainArgs) -> int:
     """Restore the newest complete checkpoint in ``ckdir``; returns the step it was written at."""
-    _, state = engine.load_checkpoint(str(ckdir), tag=complete_checkpoint(ckdir),
+    _, state = engine.load_checkpoint(str(ckdir), tag=checkpoints.complete_checkpoint(ckdir),
                                       load_module_strict=not args.lora)
     if state is None:
         raise DsPruneError(f"--resume: could not load a checkpoint from {ckdir}")
@@ -235,9 +184,9 @@ def save_checkpoint(engine, ckdir: Path, step: int, world: int, args: TrainArgs,
                            exclude_frozen_parameters=args.lora)
     dist.barrier()      # every rank's shards are on disk
     if rank == 0:
-        formats.write_json(tag / COMMIT, {"step": step, "files": _files(tag)})
+        formats.write_json(tag / checkpoints.COMMIT, {"step": step, "files": checkpoints.files(tag)})
         if args.save_total_limit > 0:
-            for old in _tags(ckdir)[args.save_total_limit:]:
+            for old in checkpoints.tags(ckdir)[args.save_total_limit:]:
                 shutil.rmtree(old, ignore_errors=True)
 
 
