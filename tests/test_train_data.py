@@ -137,7 +137,7 @@ def _args(tmp_path, tiny_dirs, **kw):
     ({"deepspeed_overrides": '{"optimizer": {"type": "AdamW"}}'}, "remove the 'optimizer' block"),
     ({"deepspeed_overrides": '{"train_micro_batch_size_per_gpu": 3}'}, "contradicts the training arguments"),
     ({"teacher": "/no/such/teacher"}, "teacher not found"),
-    ({"resume": "true"}, "--resume: no checkpoint"),
+    ({"resume": "true"}, "--resume: no complete checkpoint"),
     ({"grad_cache_chunk": -1}, "grad_cache_chunk must be >= 0"),
     ({"eval_max_length": 1}, "eval_max_length must be 0"),
 ])
