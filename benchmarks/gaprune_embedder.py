@@ -113,7 +113,7 @@ def collect(params: dict, out: Path, results: Path, part: str = "all") -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = recipe_parser(__doc__, "model, sparsity")
+    ap = recipe_parser(__doc__, "model, sparsity, tasks")
     ap.add_argument("--part", choices=("all", "oneshot"), default="all",
                     help="oneshot: only Table 1's stages (no retraining), kept with the retrained table pending")
     a = ap.parse_args(argv)
