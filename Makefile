@@ -9,6 +9,10 @@ export DS_ACCELERATOR ?= cpu
 export RAY_AUTH_MODE ?= disabled
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
+# DeepSpeed compiles its CPU shared-memory op at the first launch. A checkout of its own keeps other checkouts'
+# builds (another venv's paths mean another build) from rebuilding it under a running test, and a test's timeout
+# from killing a compile and leaving the lock every later launch would wait on; `test` builds it before pytest.
+export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 # uv installs the packages: it downloads and unpacks them in parallel where pip goes one at a time, the longest
 # part of a clean checkout's install. It does not read pip's configuration, so the constraints above and the local
 # wheel folders (pip's find-links: where the CPU torch wheel lies) are passed on.
@@ -37,6 +41,7 @@ demo: install
 	OMP_NUM_THREADS=2 $(VENV)/bin/dsprune demo --out out/demo --overwrite
 
 test: install
+	$(PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests
 
 clean:

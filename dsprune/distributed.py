@@ -112,7 +112,9 @@ def stale_build_locks(root: Path | None = None) -> list[Path]:
 
     root = Path(root or os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
     now = time.time()
-    return sorted(p for p in root.glob("*/*/lock") if now - p.stat().st_mtime > STALE_LOCK_S)
+    # torch builds in <TORCH_EXTENSIONS_DIR>/<op>, or in <default root>/<python>_<accelerator>/<op>
+    locks = [*root.glob("*/lock"), *root.glob("*/*/lock")]
+    return sorted(p for p in locks if now - p.stat().st_mtime > STALE_LOCK_S)
 
 
 def warn_stale_build_locks() -> None:

@@ -6,8 +6,8 @@ import time
 from dsprune import distributed
 
 
-def _lock(root, name, age_s):
-    lock = root / "py311_cpu" / name / "lock"
+def _lock(root, name, age_s, build_folder="py311_cpu"):
+    lock = root / build_folder / name / "lock" if build_folder else root / name / "lock"
     lock.parent.mkdir(parents=True)
     lock.touch()
     past = time.time() - age_s
@@ -22,7 +22,8 @@ def test_only_locks_older_than_any_build_are_stale(tmp_path):
 
 
 def test_the_warning_names_the_file(tmp_path, monkeypatch, caplog):
-    old = _lock(tmp_path, "deepspeed_shm_comm", distributed.STALE_LOCK_S + 60)
+    """Under TORCH_EXTENSIONS_DIR torch builds each op in a folder of its own, with no python/accelerator level."""
+    old = _lock(tmp_path, "deepspeed_shm_comm", distributed.STALE_LOCK_S + 60, build_folder=None)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     with caplog.at_level(logging.WARNING, logger="dsprune"):
         distributed.warn_stale_build_locks()
