@@ -12,7 +12,10 @@ Table 1 alone, the stages up to ``report-oneshot``, so the one-shot half lands b
 time. Keeps both reports (paired bootstrap intervals against the unpruned model, and against the unpruned model
 retrained alike), the retraining's settings, the structured mask's measured speed-up, each DAI run's figures, the
 share of each mask's keep/prune decisions that differ from magnitude's, the stage times and the command as
-``benchmarks/results/gaprune_embedder.json``, and re-renders RESULTS.md.
+``benchmarks/results/gaprune_embedder.json``, and re-renders RESULTS.md. ``--seed 43`` retrains every mask and
+the control with a second training seed in ``out/recipes/gaprune-embedder-seed43`` (the one-shot stages, which
+read no seed, hard-linked from the first run) and keeps ``gaprune_embedder_seed43.json``: a Table 2 verdict
+needs both seeds.
 """
 from __future__ import annotations
 
@@ -46,9 +49,23 @@ def oneshot_stages() -> list[str]:
     return [s.name for s in stages if "retrain" not in s.name]
 
 
-def command(params: dict, part: str = "all") -> list[str]:
-    cmd = recipe_command(RECIPE, OUT, params)
+SEED = 42                   # the recipe's own retraining seed: its run keeps the plain names
+
+
+def run_of(seed: int) -> tuple[Path, str]:
+    """Where the run with retraining ``seed`` lives and the name its results keep."""
+    return (OUT, NAME) if seed == SEED else (OUT.with_name(f"{OUT.name}-seed{seed}"), f"{NAME}_seed{seed}")
+
+
+def command(params: dict, part: str = "all", out: Path = OUT) -> list[str]:
+    cmd = recipe_command(RECIPE, out, params)
     return cmd + ["--only", *oneshot_stages()] if part == "oneshot" else cmd
+
+
+def share_oneshot(out: Path) -> None:
+    """Another seed's run reuses the first run's finished one-shot stages: they read no training seed."""
+    for name in oneshot_stages():
+        link_finished_stage(OUT / name, out / name)
 
 
 def share_unpruned_eval(out: Path) -> None:
@@ -78,12 +95,12 @@ def against_magnitude(out: Path) -> dict:
     return found
 
 
-def collect(params: dict, out: Path, results: Path, part: str = "all") -> Path:
+def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: str = NAME) -> Path:
     """``part`` oneshot keeps Table 1 with ``retrained`` None: the retraining stages need not have run."""
     model = params.get("model", "embeddinggemma-300m")
     doc = {"title": f"GAPrune Tables 1 and 2 on a trained embedder ({model}): 50 % of the MLP weights, one-shot "
                     "and retrained on FinanceBench train",
-           **collect_recipe(RECIPE, params, out, command(params, part), "benchmarks/gaprune_embedder.py",
+           **collect_recipe(RECIPE, params, out, command(params, part, out), "benchmarks/gaprune_embedder.py",
                             report="report-oneshot", only=oneshot_stages() if part == "oneshot" else None)}
     doc["part"] = part
     doc["retrained"] = (None if part == "oneshot" else
@@ -109,20 +126,32 @@ def collect(params: dict, out: Path, results: Path, part: str = "all") -> Path:
         doc["masks"][name] = {**{k: meta.get(k) for k in ("kind", "method", "sparsity", "scope")},
                               **{k: v for k, v in args.items() if k.startswith("dai_")}}
     doc["against_magnitude"] = against_magnitude(out)
-    return keep_results(doc, out, results, NAME)
+    return keep_results(doc, out, results, keep_as)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = recipe_parser(__doc__, "model, sparsity, tasks")
     ap.add_argument("--part", choices=("all", "oneshot"), default="all",
                     help="oneshot: only Table 1's stages (no retraining), kept with the retrained table pending")
+    ap.add_argument("--seed", type=int, default=SEED,
+                    help=f"the retraining's seed; another than {SEED} runs beside the first run, sharing its "
+                         "one-shot stages")
     a = ap.parse_args(argv)
     params = dict(p.split("=", 1) for p in a.param)
+    if "seed" in params:
+        ap.error("the retraining's seed is --seed, which also names the run's folder and results")
+    if a.seed != SEED and a.part == "oneshot":
+        ap.error("--part oneshot reads no training seed: the one-shot table is the first run's")
+    out, name = run_of(a.seed)
+    if a.seed != SEED:
+        params["seed"] = str(a.seed)
+        share_oneshot(out)
     if not a.collect:
-        share_unpruned_eval(OUT)
-        run_recipe_command(command(params, a.part), OUT,
-                           "about 11 h on 2 CPU cores; " if a.part == "all" else "Table 1 only; ")
-    dest = collect(params, OUT, Path(a.results), a.part)
+        share_unpruned_eval(out)
+        run_recipe_command(command(params, a.part, out), out,
+                           "about 11 h on 2 CPU cores; " if a.part == "all" and a.seed == SEED else
+                           "the retraining only; " if a.part == "all" else "Table 1 only; ")
+    dest = collect(params, out, Path(a.results), a.part, name)
     doc = formats.read_json(dest, "results")
     print(compare.markdown(doc["report"]))
     if doc["retrained"] is not None:

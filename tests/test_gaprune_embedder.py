@@ -114,7 +114,8 @@ def test_collect_and_render(tmp_path, monkeypatch):
     section = text[text.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
     assert "- `dai`: DAI as the paper writes it" in section and "6.25% of its keep/prune decisions differ" in section
     assert "**Retrained on FinanceBench train** (GAPrune Table 2)" in section
-    assert "the retraining one seed: no row is called better or worse" in section
+    assert "the retraining one seed: no retrained row is called better or worse either" in section
+    assert "**Seeds**" in section and "1 training seed;" in section
     # the fake run evaluates two tasks, as a run with the scaled `tasks` param does
     assert "msmarco_trecdl_subset" not in doc["report"]["tasks"]
     assert "the MS MARCO subset, a general eval, is left out (the recipe's `tasks` param)" in section
@@ -139,3 +140,44 @@ def test_oneshot_collect_needs_no_retraining_and_renders_it_pending(tmp_path, mo
     section = section[section.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
     assert "**One-shot** (GAPrune Table 1)" in section and "retraining: not run yet" in section
     assert "*pending*: the retraining stages have not run" in section
+
+
+def test_a_second_seed_changes_the_retraining_alone():
+    """Only the retraining reads the seed, so another seed's run reuses every one-shot stage of the first."""
+    from dsprune.recipe import parse_params
+    first = _stages()
+    _, stages = load_recipe(ge.RECIPE, params=parse_params(["seed=43"]))
+    for s in stages:
+        want = {**first[s.name].args, "seed": 43} if s.name.startswith("retrain-") else first[s.name].args
+        assert s.args == want, s.name
+    assert ge.run_of(ge.SEED) == (ge.OUT, "gaprune_embedder")
+    assert ge.run_of(43) == (ge.OUT.with_name("gaprune-embedder-seed43"), "gaprune_embedder_seed43")
+
+
+def test_seed_options_that_cannot_be_honoured_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        ge.main(["--part", "oneshot", "--seed", "43", "--collect"])
+    assert "reads no training seed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ge.main(["--param", "seed=43", "--collect"])
+    assert "is --seed" in capsys.readouterr().err
+
+
+def test_two_seeds_of_the_retraining_render_a_verdict_per_mask(tmp_path, monkeypatch):
+    import shutil
+    monkeypatch.setattr(ge, "OUT", tmp_path / "out")
+    out, results = _fake_run(tmp_path), tmp_path / "results"
+    ge.collect({}, out, results)
+    second = tmp_path / "out-seed43"
+    shutil.copytree(out, second)
+    stamp = second / "retrain-full" / "stage.json"
+    stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "args": {
+        **json.loads(stamp.read_text())["args"], "seed": 43}}))
+    ge.collect({"seed": "43"}, second, results, keep_as="gaprune_embedder_seed43")
+    text = render.render(results, tmp_path / "RESULTS.md")
+    section = text[text.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
+    assert "the retraining ran with 2 seeds (*Seeds* below)" in section
+    assert "2 training seeds;" in section
+    line = next(x for x in section.splitlines() if x.startswith("- random: seed 42: "))
+    assert "; seed 43: " in line and ("Verdict (2 seeds" in line or "No verdict" in line)
+    assert not [x for x in section.splitlines() if x.startswith("- full: seed")]
