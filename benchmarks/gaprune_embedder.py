@@ -145,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     out, name = run_of(a.seed)
     if a.seed != SEED:
         params["seed"] = str(a.seed)
-        share_oneshot(out)
     if not a.collect:
+        if a.seed != SEED:
+            share_oneshot(out)
         share_unpruned_eval(out)
         run_recipe_command(command(params, a.part, out), out,
                            "about 11 h on 2 CPU cores; " if a.part == "all" and a.seed == SEED else
