@@ -49,12 +49,18 @@ def oneshot_stages() -> list[str]:
     return [s.name for s in stages if "retrain" not in s.name]
 
 
-SEED = 42                   # the recipe's own retraining seed: its run keeps the plain names
+def default_seed() -> int:
+    """The recipe's own retraining seed (its ``seed`` param): the run with it keeps the plain names."""
+    from dsprune.recipe import load_recipe
+
+    doc, _ = load_recipe(RECIPE)
+    return int(doc["params"]["seed"])
 
 
 def run_of(seed: int) -> tuple[Path, str]:
     """Where the run with retraining ``seed`` lives and the name its results keep."""
-    return (OUT, NAME) if seed == SEED else (OUT.with_name(f"{OUT.name}-seed{seed}"), f"{NAME}_seed{seed}")
+    return ((OUT, NAME) if seed == default_seed() else
+            (OUT.with_name(f"{OUT.name}-seed{seed}"), f"{NAME}_seed{seed}"))
 
 
 def command(params: dict, part: str = "all", out: Path = OUT) -> list[str]:
@@ -133,25 +139,27 @@ def main(argv: list[str] | None = None) -> int:
     ap = recipe_parser(__doc__, "model, sparsity, tasks")
     ap.add_argument("--part", choices=("all", "oneshot"), default="all",
                     help="oneshot: only Table 1's stages (no retraining), kept with the retrained table pending")
-    ap.add_argument("--seed", type=int, default=SEED,
-                    help=f"the retraining's seed; another than {SEED} runs beside the first run, sharing its "
+    first = default_seed()
+    ap.add_argument("--seed", type=int, default=first,
+                    help=f"the retraining's seed; another than {first} runs beside the first run, sharing its "
                          "one-shot stages")
     a = ap.parse_args(argv)
     params = dict(p.split("=", 1) for p in a.param)
     if "seed" in params:
         ap.error("the retraining's seed is --seed, which also names the run's folder and results")
-    if a.seed != SEED and a.part == "oneshot":
+    another = a.seed != first
+    if another and a.part == "oneshot":
         ap.error("--part oneshot reads no training seed: the one-shot table is the first run's")
     out, name = run_of(a.seed)
-    if a.seed != SEED:
+    if another:
         params["seed"] = str(a.seed)
     if not a.collect:
-        if a.seed != SEED:
+        if another:
             share_oneshot(out)
         share_unpruned_eval(out)
         run_recipe_command(command(params, a.part, out), out,
-                           "about 11 h on 2 CPU cores; " if a.part == "all" and a.seed == SEED else
-                           "the retraining only; " if a.part == "all" else "Table 1 only; ")
+                           "the retraining only; " if another else
+                           "about 11 h on 2 CPU cores; " if a.part == "all" else "Table 1 only; ")
     dest = collect(params, out, Path(a.results), a.part, name)
     doc = formats.read_json(dest, "results")
     print(compare.markdown(doc["report"]))

@@ -150,7 +150,7 @@ def test_a_second_seed_changes_the_retraining_alone():
     for s in stages:
         want = {**first[s.name].args, "seed": 43} if s.name.startswith("retrain-") else first[s.name].args
         assert s.args == want, s.name
-    assert ge.run_of(ge.SEED) == (ge.OUT, "gaprune_embedder")
+    assert ge.default_seed() == 42 and ge.run_of(42) == (ge.OUT, "gaprune_embedder")
     assert ge.run_of(43) == (ge.OUT.with_name("gaprune-embedder-seed43"), "gaprune_embedder_seed43")
 
 
