@@ -10,7 +10,8 @@ it can run in pieces (a retraining stage resumes from its last checkpoint), and 
 Table 1 alone, the stages up to ``report-oneshot``, so the one-shot half lands before the retraining is done.
 ``--param 'tasks=[scifact_small, financebench]'`` leaves the MS MARCO subset out of every evaluation, most of their
 time. Keeps both reports (paired bootstrap intervals against the unpruned model, and against the unpruned model
-retrained alike), the retraining's settings, the structured mask's measured speed-up, each DAI run's figures, the
+retrained alike), each DAI mask − each baseline paired per query (GAPrune's own comparison), the retraining's
+settings, the structured mask's measured speed-up, each DAI run's figures and where its β·F_gen outweighs F_dom, the
 share of each mask's keep/prune decisions that differ from magnitude's, the stage times and the command as
 ``benchmarks/results/gaprune_embedder.json``, and re-renders RESULTS.md. ``--seed 43`` retrains every mask and
 the control with a second training seed in ``out/recipes/gaprune-embedder-seed43`` (the one-shot stages, which
@@ -34,6 +35,9 @@ RECIPE = REPO / "recipes" / "gaprune-embedder.yaml"
 OUT = REPO / "out" / "recipes" / "gaprune-embedder"
 NAME = "gaprune_embedder"
 DAI_RUNS = ("dai", "dai-ref")
+# GAPrune's claim is DAI against these: each DAI mask is compared with each, paired per query
+DAI_MASKS = ("dai", "dai-ref", "dai-balanced")
+BASELINES = ("magnitude", "fisher", "wanda", "random")
 DAI_FIGURES = ("n_general", "n_domain", "loss_general", "loss_domain", "mean_abs_fisher_term_over_magnitude_term")
 
 
@@ -101,6 +105,42 @@ def against_magnitude(out: Path) -> dict:
     return found
 
 
+def dai_against(out: Path, prefix: str) -> dict:
+    """Each DAI mask − each baseline mask, both evaluated as ``out/<prefix><mask>``, paired per query: overall and
+    per task. Masks not evaluated (a one-shot-only mask has no retrained evaluation) are left out."""
+    found = {}
+    for dai in DAI_MASKS:
+        for base in BASELINES:
+            a, b = out / f"{prefix}{dai}", out / f"{prefix}{base}"
+            if not (a / formats.RESULTS).is_file() or not (b / formats.RESULTS).is_file():
+                continue
+            row = compare.compare(compare.load_entries([str(b), str(a)], [], [base, dai]))["rows"][1]
+            found.setdefault(dai, {})[base] = {"mean_delta": row.get("mean_delta"),
+                                               "tasks": {t: c["delta"] for t, c in row["tasks"].items() if c}}
+    return found
+
+
+def fisher_tails(out: Path, model: str) -> dict:
+    """Per DAI statistics run: where β·F_gen outweighs F_dom, and how far (``dai_modes.tails``), with the balanced
+    scale the run's own Fisher ratio gives."""
+    from benchmarks.dai_modes import tails
+    from dsprune.encoder import Encoder
+    from dsprune.importance import dai as D
+    from dsprune.surgery.mask import target_weights
+
+    enc = Encoder.load(model)
+    theta = {n: w.detach().float().cpu() for n, w in target_weights(enc).items()}
+    del enc
+    found = {}
+    for run in DAI_RUNS:
+        ratio = formats.read_json(out / run / "manifest.json", "dai manifest")["figures"].get(
+            "mean_abs_fisher_term_over_magnitude_term")
+        scale = 1.0 / ratio if ratio else 1.0
+        stats = {s: D.read_stat(out / run, s) for s in ("fisher_gen", "fisher_dom")}
+        found[run] = {"balanced_scale": scale, "kinds": tails(theta, stats["fisher_gen"], stats["fisher_dom"], scale)}
+    return found
+
+
 def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: str = NAME) -> Path:
     """``part`` oneshot keeps Table 1 with ``retrained`` None: the retraining stages need not have run."""
     model = params.get("model", "embeddinggemma-300m")
@@ -132,6 +172,9 @@ def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: 
         doc["masks"][name] = {**{k: meta.get(k) for k in ("kind", "method", "sparsity", "scope")},
                               **{k: v for k, v in args.items() if k.startswith("dai_")}}
     doc["against_magnitude"] = against_magnitude(out)
+    doc["dai_against"] = {"oneshot": dai_against(out, "eval-"),
+                          "retrained": None if part == "oneshot" else dai_against(out, "eval-retrain-")}
+    doc["tails"] = fisher_tails(out, model)
     return keep_results(doc, out, results, keep_as)
 
 

@@ -2,6 +2,7 @@
 the same mask budget, evaluation and retraining; the collected JSON keeps both reports and how far each mask's
 decisions are from magnitude's; RESULTS.md shows them."""
 import json
+import shutil
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from dsprune.report import compare
 from tests.test_family import _results
 
 METHODS = ("dai", "dai-ref", "magnitude", "fisher", "wanda", "random", "neurons")
+ONESHOT_ONLY = ("dai-balanced",)
 
 
 def _stages():
@@ -33,8 +35,12 @@ def test_every_method_gets_the_same_budget_evaluation_and_retraining():
         assert by[f"eval-retrain-{m}"].args["model"] == f"${{retrain-{m}}}/model"
     assert control["train_data"] == ["${shared}/data/financebench"] and control["seed"] == 42
     assert set(by["eval-full"].args["task"]) == {"financebench", "scifact_small", "msmarco_trecdl_subset"}
+    for m in ONESHOT_ONLY:
+        assert by[f"prune-{m}"].args["sparsity"] == 0.5
+        assert by[f"eval-{m}"].args == {**by["eval-full"].args, "model": f"${{export-{m}}}"}
+        assert f"retrain-{m}" not in by
     one, re = by["report-oneshot"].args, by["report-retrain"].args
-    assert one["results"] == ["${eval-full}", *[f"${{eval-{m}}}" for m in METHODS]]
+    assert set(one["results"]) == {"${eval-full}", *[f"${{eval-{m}}}" for m in METHODS + ONESHOT_ONLY]}
     assert re["results"] == ["${eval-retrain-full}", *[f"${{eval-retrain-{m}}}" for m in METHODS]]
     assert len(one["labels"]) == len(one["results"]) and len(re["labels"]) == len(re["results"])
 
@@ -43,7 +49,7 @@ def test_the_tasks_param_scales_every_evaluation_alike():
     from dsprune.recipe import parse_params
     _, stages = load_recipe(ge.RECIPE, params=parse_params(["tasks=[scifact_small, financebench]"]))
     evals = [s for s in stages if s.command == "eval"]
-    assert len(evals) == 16 and all(s.args["task"] == ["scifact_small", "financebench"] for s in evals)
+    assert len(evals) == 17 and all(s.args["task"] == ["scifact_small", "financebench"] for s in evals)
 
 
 def test_the_unpruned_evaluation_is_compress_embedders_stage():
@@ -72,9 +78,19 @@ def test_dai_runs_are_the_papers_reading_and_the_authors_code():
     assert prune["scores"] == "${dai-ref}" and prune["dai_recompute"] is True
     assert (prune["dai_alignment"], prune["dai_variant"]) == (REFERENCE["alignment"], REFERENCE["variant"])
     assert by["prune-neurons"].args["structured"] is True and by["prune-fisher"].args["method"] == "fisher_dom"
+    bal = by["prune-dai-balanced"].args
+    assert bal["scores"] == "${dai}" and bal["dai_recompute"] is True
+    assert (bal["dai_alignment"], bal["dai_fisher_scale"]) == (by["dai"].args["alignment"], "balanced")
 
 
-def _fake_run(tmp_path):
+def _fake_run(tmp_path, model):
+    """Every stage stamped, masks, DAI statistics of ``model``'s MLP weights and an evaluation per mask."""
+    from safetensors.torch import save_file
+
+    from dsprune.encoder import Encoder
+    from dsprune.importance.dai import STAT_FILES
+    from dsprune.surgery.mask import target_weights
+
     out = tmp_path / "out"
     by = _stages()
     for name, s in by.items():
@@ -84,28 +100,36 @@ def _fake_run(tmp_path):
     g = torch.Generator().manual_seed(0)
     keep = {"layers.0.mlp.up_proj.weight": torch.rand(8, 4, generator=g) > 0.5,
             "layers.0.mlp.down_proj.weight": torch.rand(4, 8, generator=g) > 0.5}
-    for m in METHODS:
+    for m in METHODS + ONESHOT_ONLY:
         tensors = {k: (v if m == "magnitude" else ~v if m == "random" else v.clone()) for k, v in keep.items()}
         if m == "dai":
             tensors["layers.0.mlp.up_proj.weight"][0] = ~tensors["layers.0.mlp.up_proj.weight"][0]
         formats.write_mask(out / f"prune-{m}", tensors, "structured" if m == "neurons" else "unstructured",
                            method=m, sparsity=0.5, scope="global")
-    for run in ge.DAI_RUNS:
-        (out / run / "manifest.json").write_text(json.dumps({"config": {"alignment": "eq4", "beta": 1.0},
-                                                             "figures": {"n_general": 120, "n_domain": 75}}))
+    theta = {n: w.detach().float() for n, w in target_weights(Encoder.load(str(model))).items()}
+    for k, run in enumerate(ge.DAI_RUNS):
+        (out / run / "manifest.json").write_text(json.dumps({
+            "config": {"alignment": "eq4", "beta": 1.0, "gamma": 0.5},
+            "figures": {"n_general": 120, "n_domain": 75, "mean_abs_fisher_term_over_magnitude_term": 1e-6}}))
+        g = torch.Generator().manual_seed(k)
+        for stat in ("fisher_gen", "fisher_dom"):
+            save_file({n: 1e-6 * torch.rand(w.shape, generator=g) for n, w in theta.items()},
+                      str(out / run / STAT_FILES[stat]))
     for report, prefix in (("report-oneshot", "eval-"), ("report-retrain", "eval-retrain-")):
-        names = ["full", *METHODS]
+        names = ["full", *METHODS, *(ONESHOT_ONLY if prefix == "eval-" else ())]
         for i, n in enumerate(names):
             _results(tmp_path / report / n, 0.6 - 0.05 * i, i)
-        entries = compare.load_entries([str(tmp_path / report / n) for n in names], [], names)
+            shutil.copy(tmp_path / report / n / formats.RESULTS, out / f"{prefix}{n}")
+        entries = compare.load_entries([str(out / f"{prefix}{n}") for n in names], [], names)
         (out / report / "report.json").write_text(json.dumps(compare.compare(entries)))
     return out
 
 
-def test_collect_and_render(tmp_path, monkeypatch):
+def test_collect_and_render(tmp_path, monkeypatch, tiny_dirs):
     monkeypatch.setattr(ge, "OUT", tmp_path / "out")
-    out, results = _fake_run(tmp_path), tmp_path / "results"
-    doc = json.loads(ge.collect({}, out, results).read_text())
+    model = tiny_dirs["llama"]
+    out, results = _fake_run(tmp_path, model), tmp_path / "results"
+    doc = json.loads(ge.collect({"model": str(model)}, out, results).read_text())
     assert doc["against_magnitude"]["dai"]["share"] == 4 / 64           # one flipped row of 4 of 64 weights
     assert doc["against_magnitude"]["random"]["share"] == 1.0 and "neurons" not in doc["against_magnitude"]
     assert doc["masks"]["dai-ref"]["dai_alignment"] == "reference"
@@ -122,18 +146,38 @@ def test_collect_and_render(tmp_path, monkeypatch):
     assert doc["retraining"]["dtype"] == "bfloat16" and doc["retraining"]["ranks"] == 2
     assert "retraining 40 LoRA steps (r=32, α=64, learning rate 0.0002) of 2 queries per rank × 2 ranks, groups of " \
         "4 passages, in bfloat16, seed 42" in section
+    # GAPrune's own comparison, DAI − each baseline, paired: the fake evaluations put DAI 0.10 above magnitude
+    against = doc["dai_against"]
+    assert set(against["oneshot"]) == {"dai", "dai-ref", "dai-balanced"} and "dai-balanced" not in against["retrained"]
+    assert set(against["oneshot"]["dai"]) == set(ge.BASELINES)
+    dd = against["oneshot"]["dai"]["magnitude"]
+    assert dd["mean_delta"]["diff"] == pytest.approx(0.10, abs=0.03) and dd["mean_delta"]["low"] > 0
+    assert set(dd["tasks"]) == {"scifact_small", "financebench"}
+    line = next(x for x in section.splitlines() if x.startswith("- DAI (paper) − magnitude: one-shot mean "))
+    assert line.startswith(f"- DAI (paper) − magnitude: one-shot mean {compare.interval(dd['mean_delta'])}, "
+                           f"financebench {compare.interval(dd['tasks']['financebench'])}; retrained, seed 42: mean ")
+    assert line.endswith("One training seed: not a verdict.")
+    line = next(x for x in section.splitlines() if x.startswith("- DAI (paper), Fisher balanced − random: "))
+    assert "retrained" not in line
+    # the Fisher tail of each DAI run, from its statistics and the model's weights
+    assert set(doc["tails"]) == set(ge.DAI_RUNS)
+    kinds = doc["tails"]["dai"]["kinds"]
+    assert set(kinds) == {"gate_proj", "up_proj", "down_proj"} and 0 < kinds["up_proj"]["negative_fraction"] < 1
+    assert doc["tails"]["dai"]["balanced_scale"] == pytest.approx(1e6)
+    assert "**Where β·F_gen outweighs F_dom** (β = 1.0, γ = 0.5)" in section
+    assert "on this trained embedder Eq. 5 orders the weights by γ√|θ|·(1 + α·s)" in section
 
 
-def test_oneshot_collect_needs_no_retraining_and_renders_it_pending(tmp_path, monkeypatch):
-    import shutil
+def test_oneshot_collect_needs_no_retraining_and_renders_it_pending(tmp_path, monkeypatch, tiny_dirs):
     monkeypatch.setattr(ge, "OUT", tmp_path / "out")
-    out, results = _fake_run(tmp_path), tmp_path / "results"
+    model = tiny_dirs["llama"]
+    out, results = _fake_run(tmp_path, model), tmp_path / "results"
     for folder in out.iterdir():
         if "retrain" in folder.name:
             shutil.rmtree(folder)
     with pytest.raises(SystemExit, match="'retrain-full' has not finished"):
-        ge.collect({}, out, results)
-    doc = json.loads(ge.collect({}, out, results, "oneshot").read_text())
+        ge.collect({"model": str(model)}, out, results)
+    doc = json.loads(ge.collect({"model": str(model)}, out, results, "oneshot").read_text())
     assert doc["retrained"] is None and doc["retraining"] is None and doc["part"] == "oneshot"
     assert "--only" in doc["command"] and not [s for s in doc["stages"] if "retrain" in s["name"]]
     section = render.render(results, tmp_path / "RESULTS.md")
@@ -163,17 +207,17 @@ def test_seed_options_that_cannot_be_honoured_are_refused(capsys):
     assert "is --seed" in capsys.readouterr().err
 
 
-def test_two_seeds_of_the_retraining_render_a_verdict_per_mask(tmp_path, monkeypatch):
-    import shutil
+def test_two_seeds_of_the_retraining_render_a_verdict_per_mask(tmp_path, monkeypatch, tiny_dirs):
     monkeypatch.setattr(ge, "OUT", tmp_path / "out")
-    out, results = _fake_run(tmp_path), tmp_path / "results"
-    ge.collect({}, out, results)
+    model = tiny_dirs["llama"]
+    out, results = _fake_run(tmp_path, model), tmp_path / "results"
+    ge.collect({"model": str(model)}, out, results)
     second = tmp_path / "out-seed43"
     shutil.copytree(out, second)
     stamp = second / "retrain-full" / "stage.json"
     stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "args": {
         **json.loads(stamp.read_text())["args"], "seed": 43}}))
-    ge.collect({"seed": "43"}, second, results, keep_as="gaprune_embedder_seed43")
+    ge.collect({"model": str(model), "seed": "43"}, second, results, keep_as="gaprune_embedder_seed43")
     text = render.render(results, tmp_path / "RESULTS.md")
     section = text[text.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
     assert "the retraining ran with 2 seeds (*Seeds* below)" in section
@@ -181,3 +225,6 @@ def test_two_seeds_of_the_retraining_render_a_verdict_per_mask(tmp_path, monkeyp
     line = next(x for x in section.splitlines() if x.startswith("- random: seed 42: "))
     assert "; seed 43: " in line and ("Verdict (2 seeds" in line or "No verdict" in line)
     assert not [x for x in section.splitlines() if x.startswith("- full: seed")]
+    line = next(x for x in section.splitlines() if x.startswith("- DAI (paper) − random: one-shot "))
+    assert "; retrained, seed 42: " in line and "; seed 43: " in line and "Verdict (2 seeds" in line
+

@@ -81,6 +81,29 @@ def render_dai_modes(results: Path, docs: dict) -> list[str]:
     return out
 
 
+def tail_table(tails: dict, beta: float, gamma: float) -> list[str]:
+    """Per statistics run and matrix kind, where β·F_gen outweighs F_dom and how far (``dai_modes.tails``)."""
+    out = [f"**Where β·F_gen outweighs F_dom** (β = {beta}, γ = {gamma}): the share of weights with "
+           "F_dom − β·F_gen < 0, and r = (F_dom − β·F_gen)·|θ| / (γ·√|θ|) there. r < −1 makes Eq. 5's score "
+           "negative, below every weight magnitude would keep; *balanced* applies the Fisher scale of the "
+           "balanced mode.", "",
+           "| statistics | matrix | F_dom − β·F_gen < 0 | median r there | 1st percentile r | smallest r | "
+           "r < −1 as written | r < −1 balanced |", "|---|---|---|---|---|---|---|---|"]
+    for run, t in tails.items():
+        for kind, x in t["kinds"].items():
+            out.append(f"| {run} | {kind} | {x['negative_fraction']:.1%} | {x['r_median_of_negative']:.2g} | "
+                       f"{x['r_p01_of_negative']:.2g} | {x['r_min']:.2g} | {x['below_minus_one']:.3%} | "
+                       f"{x['below_minus_one_balanced']:.2%} |")
+    return out
+
+
+def tail_words(tails: dict) -> str:
+    """How many weights the Fisher term as written pushes below zero, in words."""
+    worst = max(x["below_minus_one"] for t in tails.values() for x in t["kinds"].values())
+    return ("no weight has r < −1" if worst == 0 else
+            f"at most {worst:.1e} of a matrix kind's weights have r < −1")
+
+
 def dai_modes_section(d: dict, docs: dict, heading: str | None, grid_dense: str | None) -> list[str]:
     runs = d["runs"]
     pct = f"{d['sparsity']:.0%}"
@@ -109,22 +132,10 @@ def dai_modes_section(d: dict, docs: dict, heading: str | None, grid_dense: str 
         kinds = " / ".join(f"{v:.2%}" for v in m["differs_by_kind"].values())
         out.append(f"| {m['name']} | {m['stats']} | {m.get('alignment', '–')} | {m.get('variant', '–')} | {term} | "
                    f"{m['differs_from_magnitude']:.2%} | {kinds} | {m['what'].replace('|', chr(92) + '|')} |")
-    out += ["", f"**Where β·F_gen outweighs F_dom** (β = {d['beta']}, γ = {d['gamma']}): the share of weights with "
-            "F_dom − β·F_gen < 0, and r = (F_dom − β·F_gen)·|θ| / (γ·√|θ|) there. r < −1 makes Eq. 5's score "
-            "negative, below every weight magnitude would keep; *balanced* applies the Fisher scale of the "
-            "balanced mode.", "",
-            "| statistics | matrix | F_dom − β·F_gen < 0 | median r there | 1st percentile r | smallest r | "
-            "r < −1 as written | r < −1 balanced |", "|---|---|---|---|---|---|---|---|"]
-    for run, t in d["tails"].items():
-        for kind, x in t["kinds"].items():
-            out.append(f"| {run} | {kind} | {x['negative_fraction']:.1%} | {x['r_median_of_negative']:.2g} | "
-                       f"{x['r_p01_of_negative']:.2g} | {x['r_min']:.2g} | {x['below_minus_one']:.3%} | "
-                       f"{x['below_minus_one_balanced']:.2%} |")
-    worst = max(x["below_minus_one"] for t in d["tails"].values() for x in t["kinds"].values())
+    out += [""] + tail_table(d["tails"], d["beta"], d["gamma"])
     by = {m["name"]: m["differs_from_magnitude"] for m in d["modes"]}
-    tail = ("no weight has r < −1" if worst == 0 else
-            f"at most {worst:.1e} of a matrix kind's weights have r < −1")
-    out += ["", f"So as written the Fisher term moves almost nothing: {tail}. What separates an Eq. 5 mode's mask "
+    out += ["", f"So as written the Fisher term moves almost nothing: {tail_words(d['tails'])}. What separates an "
+            "Eq. 5 mode's mask "
             "from magnitude's is its alignment factor"
             + (f" (consistency {by['consistency']:.2%}, Eq. 4 {by['eq4']:.2%} of the decisions)"
                if {"consistency", "eq4"} <= set(by) else "") + "; the reference code's z-scores each matrix."]

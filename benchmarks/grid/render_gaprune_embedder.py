@@ -7,16 +7,73 @@ from pathlib import Path
 
 from dsprune.report import compare
 
+from .render_dai_modes import tail_table, tail_words
 from .render_seeds import verdict
 from .section import section_result
 
 KEYS = {"report", "retrained", "dai", "masks", "against_magnitude", "stages", "command"}
+# newer results add "dai_against" and "tails"; an older JSON renders without them
 
 WHAT = {"dai": "DAI as the paper writes it: per-sample Fisher (Eq. 3), Eq. 4's alignment, Eq. 5",
         "dai-ref": "DAI as the authors' released code computes it: Fisher from batches with in-batch negatives, "
                    "their element-wise alignment and score",
         "fisher": "domain Fisher·|θ| from the same statistics", "magnitude": "|θ|", "wanda": "Wanda, |θ|·‖x‖",
-        "random": "random", "neurons": "DAI summed per MLP neuron, whole neurons removed"}
+        "random": "random", "neurons": "DAI summed per MLP neuron, whole neurons removed",
+        "dai-balanced": "DAI as the paper writes it, its Fisher term scaled to the mean size of γ√|θ| (one-shot "
+                        "only: not retrained)"}
+LABEL = {"dai": "DAI (paper)", "dai-ref": "DAI (authors' code)", "dai-balanced": "DAI (paper), Fisher balanced",
+         "magnitude": "magnitude", "fisher": "domain Fisher·|θ|", "wanda": "Wanda", "random": "random"}
+DOMAIN = "financebench"
+NEGLIGIBLE = 1e-3       # a Fisher term this far below γ√|θ| cannot reorder weights beyond the alignment factor
+
+
+def pair_words(x: dict) -> str:
+    """One paired difference: the mean over the tasks, and the domain task's."""
+    dom = x["tasks"].get(DOMAIN)
+    return (f"mean {compare.interval(x['mean_delta'])}" if x.get("mean_delta") else "mean –") + \
+        (f", {DOMAIN} {compare.interval(dom)}" if dom else "")
+
+
+def against_lines(d: dict, runs: list[dict]) -> list[str]:
+    """GAPrune's comparison itself: each DAI mask − each baseline, paired per query, one-shot and per retraining
+    seed (a verdict only where two seeds agree)."""
+    oneshot = (d.get("dai_against") or {}).get("oneshot") or {}
+    if not oneshot:
+        return []
+    out = ["", "**DAI against the baselines** (each DAI mask − each baseline mask, paired per query: the mean over "
+               f"the tasks, and {DOMAIN}, the domain)", ""]
+    for dai, bases in oneshot.items():
+        for base, x in bases.items():
+            line = f"- {LABEL.get(dai, dai)} − {LABEL.get(base, base)}: one-shot {pair_words(x)}"
+            retrained = [(r["retraining"]["seed"], ((r.get("dai_against") or {}).get("retrained") or {})
+                          .get(dai, {}).get(base)) for r in runs]
+            retrained = [(seed, y) for seed, y in retrained if y and y.get("mean_delta")]
+            if retrained:
+                line += "; retrained, " + "; ".join(f"seed {seed}: {pair_words(y)}" for seed, y in retrained) + ". " \
+                    + verdict([y["mean_delta"] for _, y in retrained], len(retrained),
+                              f"{LABEL.get(dai, dai)} keeps more after retraining",
+                              f"{LABEL.get(base, base)} keeps more after retraining")
+            out.append(line + ("" if retrained else "."))
+    return out
+
+
+def fisher_lines(d: dict) -> list[str]:
+    """Where β·F_gen outweighs F_dom on this model, and what the size of the Fisher term leaves of Eq. 5."""
+    tails = d.get("tails")
+    if not tails:
+        return []
+    cfg = d["dai"]["dai"]["config"]
+    ratios = {run: x.get("mean_abs_fisher_term_over_magnitude_term") for run, x in d["dai"].items()}
+    out = [""] + tail_table(tails, cfg.get("beta"), cfg.get("gamma"))
+    if all(r is not None and r < NEGLIGIBLE for r in ratios.values()):
+        diff = d["against_magnitude"].get("dai")
+        out += ["", "As written, the Fisher term is "
+                + " and ".join(f"{r:.2g} of γ√|θ| on average (`{run}`)" for run, r in ratios.items())
+                + f", and {tail_words(tails)}: on this trained embedder Eq. 5 orders the weights by "
+                "γ√|θ|·(1 + α·s), magnitude reweighted by the alignment"
+                + (f" (the paper-mode mask differs from magnitude's in {diff['share']:.2%} of its decisions)"
+                   if diff else "") + ". The balanced mask shows what the Fisher term would change if it counted."]
+    return out
 
 
 def retraining_line(r: dict | None) -> str:
@@ -92,9 +149,10 @@ def render_gaprune_embedder(results: Path) -> list[str]:
         out.append(f"- DAI statistics `{run}` ({cfg}): {x.get('n_general')} general and {x.get('n_domain')} domain "
                    "triplets" + (f"; mean |Fisher term| / mean γ√|θ| = {ratio:.3g}" if ratio is not None else "")
                    + ".")
+    out += fisher_lines(d)
     out += ["", "**One-shot** (GAPrune Table 1)", "", compare.markdown(d["report"]),
             "", "**Retrained on FinanceBench train** (GAPrune Table 2)", ""]
     out.append(compare.markdown(d["retrained"]) if d["retrained"] is not None else
                "*pending*: the retraining stages have not run (`benchmarks/gaprune_embedder.py` without "
                "`--part oneshot` runs them and keeps both tables).")
-    return out + seed_lines(runs) + [""]
+    return out + seed_lines(runs) + against_lines(d, runs) + [""]
