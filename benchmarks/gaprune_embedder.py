@@ -36,7 +36,7 @@ OUT = REPO / "out" / "recipes" / "gaprune-embedder"
 NAME = "gaprune_embedder"
 DAI_RUNS = ("dai", "dai-ref")
 # GAPrune's claim is DAI against these: each DAI mask is compared with each, paired per query
-DAI_MASKS = ("dai", "dai-ref", "dai-balanced")
+DAI_MASKS = ("dai", "dai-ref", "dai-balanced", "dai-sign")
 BASELINES = ("magnitude", "fisher", "wanda", "random")
 DAI_FIGURES = ("n_general", "n_domain", "loss_general", "loss_domain", "mean_abs_fisher_term_over_magnitude_term")
 
@@ -141,6 +141,23 @@ def fisher_tails(out: Path, model: str) -> dict:
     return found
 
 
+def alignment_figures(out: Path) -> dict:
+    """The paper-mode run's stored alignment, the one its mask used: how many weights Eq. 4 gives a clear sign
+    (|s| > 0.5), and how the products of the two mean gradients compare with the ε of its denominator."""
+    import torch
+
+    from dsprune.importance import dai as D
+
+    cfg = formats.read_json(out / "dai" / "manifest.json", "dai manifest")["config"]
+    s = torch.cat([v.flatten().abs() for v in D.read_stat(out / "dai", "alignment").values()])
+    g_gen, g_dom = D.read_stat(out / "dai", "grad_gen"), D.read_stat(out / "dai", "grad_dom")
+    prod = torch.cat([(g_gen[n] * g_dom[n]).flatten().abs() for n in g_gen])
+    return {"run": "dai", "alignment": cfg.get("alignment"), "eps": cfg.get("eps"),
+            "share_abs_s_over_half": float((s > 0.5).double().mean()),
+            "median_abs_product": float(prod.median()),
+            "share_product_over_eps": float((prod > cfg.get("eps", 1e-8)).double().mean())}
+
+
 def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: str = NAME) -> Path:
     """``part`` oneshot keeps Table 1 with ``retrained`` None: the retraining stages need not have run."""
     model = params.get("model", "embeddinggemma-300m")
@@ -175,6 +192,7 @@ def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: 
     doc["dai_against"] = {"oneshot": dai_against(out, "eval-"),
                           "retrained": None if part == "oneshot" else dai_against(out, "eval-retrain-")}
     doc["tails"] = fisher_tails(out, model)
+    doc["alignment"] = alignment_figures(out)
     return keep_results(doc, out, results, keep_as)
 
 

@@ -170,6 +170,14 @@ def test_dai_command_writes_eq5_of_its_statistics(tmp_path, tiny_dirs):
     from dsprune.importance.budget import keep_top
     tensors, _ = formats.read_mask(tmp_path / "mask_b")
     assert all(torch.equal(tensors[n], m) for n, m in keep_top(again, 0.5).items())
+    # --dai_eps: Eq. 4 with an ε far below every product of mean gradients is their sign, s = ±1
+    assert main(["prune", "--model", str(tiny_dirs["qwen3"]), "--method", "dai", "--scores", str(out),
+                 "--sparsity", "0.5", "--dai_recompute", "--dai_alignment", "eq4", "--dai_eps", "1e-30",
+                 "--out", str(tmp_path / "mask_sign")]) == 0
+    sign = {n: D.dai_score(stats["fisher_dom"][n], stats["fisher_gen"][n], w,
+                           torch.sign(stats["grad_gen"][n] * stats["grad_dom"][n])) for n, w in weights.items()}
+    tensors, _ = formats.read_mask(tmp_path / "mask_sign")
+    assert all(torch.equal(tensors[n], m) for n, m in keep_top(sign, 0.5).items())
     # refuses to overwrite
     assert main(["dai", "--model", str(tiny_dirs["qwen3"]), "--general", str(gen), "--domain", str(dom),
                  "--out", str(out)]) == 2

@@ -16,7 +16,7 @@ from dsprune.report import compare
 from tests.test_family import _results
 
 METHODS = ("dai", "dai-ref", "magnitude", "fisher", "wanda", "random", "neurons")
-ONESHOT_ONLY = ("dai-balanced",)
+ONESHOT_ONLY = ("dai-balanced", "dai-sign")
 
 
 def _stages():
@@ -49,7 +49,7 @@ def test_the_tasks_param_scales_every_evaluation_alike():
     from dsprune.recipe import parse_params
     _, stages = load_recipe(ge.RECIPE, params=parse_params(["tasks=[scifact_small, financebench]"]))
     evals = [s for s in stages if s.command == "eval"]
-    assert len(evals) == 17 and all(s.args["task"] == ["scifact_small", "financebench"] for s in evals)
+    assert len(evals) == 18 and all(s.args["task"] == ["scifact_small", "financebench"] for s in evals)
 
 
 def test_the_unpruned_evaluation_is_compress_embedders_stage():
@@ -81,6 +81,8 @@ def test_dai_runs_are_the_papers_reading_and_the_authors_code():
     bal = by["prune-dai-balanced"].args
     assert bal["scores"] == "${dai}" and bal["dai_recompute"] is True
     assert (bal["dai_alignment"], bal["dai_fisher_scale"]) == (by["dai"].args["alignment"], "balanced")
+    sign = by["prune-dai-sign"].args
+    assert sign["scores"] == "${dai}" and (sign["dai_alignment"], sign["dai_eps"]) == ("eq4", 1e-30)
 
 
 def _fake_run(tmp_path, model):
@@ -109,12 +111,17 @@ def _fake_run(tmp_path, model):
     theta = {n: w.detach().float() for n, w in target_weights(Encoder.load(str(model))).items()}
     for k, run in enumerate(ge.DAI_RUNS):
         (out / run / "manifest.json").write_text(json.dumps({
-            "config": {"alignment": "eq4", "beta": 1.0, "gamma": 0.5},
+            "config": {"alignment": "eq4", "beta": 1.0, "gamma": 0.5, "eps": 1e-8},
             "figures": {"n_general": 120, "n_domain": 75, "mean_abs_fisher_term_over_magnitude_term": 1e-6}}))
         g = torch.Generator().manual_seed(k)
         for stat in ("fisher_gen", "fisher_dom"):
             save_file({n: 1e-6 * torch.rand(w.shape, generator=g) for n, w in theta.items()},
                       str(out / run / STAT_FILES[stat]))
+        for stat in ("grad_gen", "grad_dom"):       # products of about 1e-8: half above ε, half below
+            save_file({n: 1e-4 * torch.rand(w.shape, generator=g) * 2 for n, w in theta.items()},
+                      str(out / run / STAT_FILES[stat]))
+        save_file({n: torch.linspace(-1, 1, w.numel()).reshape(w.shape) for n, w in theta.items()},
+                  str(out / run / STAT_FILES["alignment"]))
     for report, prefix in (("report-oneshot", "eval-"), ("report-retrain", "eval-retrain-")):
         names = ["full", *METHODS, *(ONESHOT_ONLY if prefix == "eval-" else ())]
         for i, n in enumerate(names):
@@ -148,7 +155,7 @@ def test_collect_and_render(tmp_path, monkeypatch, tiny_dirs):
         "4 passages, in bfloat16, seed 42" in section
     # GAPrune's own comparison, DAI − each baseline, paired: the fake evaluations put DAI 0.10 above magnitude
     against = doc["dai_against"]
-    assert set(against["oneshot"]) == {"dai", "dai-ref", "dai-balanced"} and "dai-balanced" not in against["retrained"]
+    assert set(against["oneshot"]) == set(ge.DAI_MASKS) and not set(ONESHOT_ONLY) & set(against["retrained"])
     assert set(against["oneshot"]["dai"]) == set(ge.BASELINES)
     dd = against["oneshot"]["dai"]["magnitude"]
     assert dd["mean_delta"]["diff"] == pytest.approx(0.10, abs=0.03) and dd["mean_delta"]["low"] > 0
@@ -166,6 +173,10 @@ def test_collect_and_render(tmp_path, monkeypatch, tiny_dirs):
     assert doc["tails"]["dai"]["balanced_scale"] == pytest.approx(1e6)
     assert "**Where β·F_gen outweighs F_dom** (β = 1.0, γ = 0.5)" in section
     assert "on this trained embedder Eq. 5 orders the weights by γ√|θ|·(1 + α·s)" in section
+    a = doc["alignment"]
+    assert a["share_abs_s_over_half"] == pytest.approx(0.5, abs=0.02) and 0 < a["share_product_over_eps"] < 1
+    assert (a["alignment"], a["eps"]) == ("eq4", 1e-8)
+    assert f"above ε for {a['share_product_over_eps']:.2%} of the weights, and |s| > 0.5 for " in section
 
 
 def test_oneshot_collect_needs_no_retraining_and_renders_it_pending(tmp_path, monkeypatch, tiny_dirs):

@@ -20,8 +20,11 @@ WHAT = {"dai": "DAI as the paper writes it: per-sample Fisher (Eq. 3), Eq. 4's a
         "fisher": "domain Fisher·|θ| from the same statistics", "magnitude": "|θ|", "wanda": "Wanda, |θ|·‖x‖",
         "random": "random", "neurons": "DAI summed per MLP neuron, whole neurons removed",
         "dai-balanced": "DAI as the paper writes it, its Fisher term scaled to the mean size of γ√|θ| (one-shot "
-                        "only: not retrained)"}
+                        "only: not retrained)",
+        "dai-sign": "DAI as the paper writes it with Eq. 4's ε at 1e-30, below every product of mean gradients, so "
+                    "s is their sign, ±1 (one-shot only: not retrained)"}
 LABEL = {"dai": "DAI (paper)", "dai-ref": "DAI (authors' code)", "dai-balanced": "DAI (paper), Fisher balanced",
+         "dai-sign": "DAI (paper), ε = 1e-30",
          "magnitude": "magnitude", "fisher": "domain Fisher·|θ|", "wanda": "Wanda", "random": "random"}
 DOMAIN = "financebench"
 NEGLIGIBLE = 1e-3       # a Fisher term this far below γ√|θ| cannot reorder weights beyond the alignment factor
@@ -73,6 +76,13 @@ def fisher_lines(d: dict) -> list[str]:
                 "γ√|θ|·(1 + α·s), magnitude reweighted by the alignment"
                 + (f" (the paper-mode mask differs from magnitude's in {diff['share']:.2%} of its decisions)"
                    if diff else "") + ". The balanced mask shows what the Fisher term would change if it counted."]
+    a = d.get("alignment")
+    if a:
+        out += ["", f"The alignment the paper-mode mask used (`{a['run']}`, Eq. 4 as `{a['alignment']}`, ε = "
+                f"{a['eps']:g}): the median |ḡ_gen·ḡ_dom| is {a['median_abs_product']:.2g}, above ε for "
+                f"{a['share_product_over_eps']:.2%} of the weights, and |s| > 0.5 for "
+                f"{a['share_abs_s_over_half']:.2%}; elsewhere s is near 0. The paper leaves ε's value open; at this "
+                "one Eq. 4 moves few weights' scores. The ε = 1e-30 mask gives every weight its sign, s = ±1."]
     return out
 
 

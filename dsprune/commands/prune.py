@@ -36,6 +36,9 @@ class Args(ModelArgs):
     dai_alignment: str = "consistency"
     dai_variant: str = "paper"
     dai_fisher_scale: str = field(default="1", metadata={"help": "number, or 'balanced' (see dsprune dai)"})
+    dai_eps: float = field(default=1e-8, metadata={"help": "ε of the alignment's denominator (dsprune dai --eps): "
+                                                        "where products of mean gradients are far below it, "
+                                                        "Eq. 4's s is ~0 rather than ±1"})
     calib: Optional[str] = field(default=None, metadata={"help": "wanda calibration text (.txt/.jsonl); "
                                                                  "default: MS MARCO + SciFact passages"})
     n_calib: int = 256
@@ -55,7 +58,7 @@ def context(args: Args, enc, weights: dict) -> methods.WeightContext:
             default_calibration(args.n_calib, args.seed)
 
     dai = DaiParams(args.dai_alpha, args.dai_beta, args.dai_gamma, args.dai_alignment, args.dai_variant,
-                    args.dai_fisher_scale) if args.dai_recompute else None
+                    args.dai_fisher_scale, args.dai_eps) if args.dai_recompute else None
     return methods.WeightContext(enc, weights, args.scores, args.seed, texts, args.calib_batch_size,
                                  args.max_length, dai, args.attention)
 
