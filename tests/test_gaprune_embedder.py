@@ -177,6 +177,7 @@ def test_collect_and_render(tmp_path, monkeypatch, tiny_dirs):
     assert a["share_abs_s_over_half"] == pytest.approx(0.5, abs=0.02) and 0 < a["share_product_over_eps"] < 1
     assert (a["alignment"], a["eps"]) == ("eq4", 1e-8)
     assert f"above ε for {a['share_product_over_eps']:.2%} of the weights, and |s| > 0.5 for " in section
+    assert "s is near 0" not in section and "The ε = 1e-30 mask gives every weight its sign" in section
 
 
 def test_oneshot_collect_needs_no_retraining_and_renders_it_pending(tmp_path, monkeypatch, tiny_dirs):

@@ -28,6 +28,7 @@ LABEL = {"dai": "DAI (paper)", "dai-ref": "DAI (authors' code)", "dai-balanced":
          "magnitude": "magnitude", "fisher": "domain Fisher·|θ|", "wanda": "Wanda", "random": "random"}
 DOMAIN = "financebench"
 NEGLIGIBLE = 1e-3       # a Fisher term this far below γ√|θ| cannot reorder weights beyond the alignment factor
+FEW = 0.05              # below this share of weights with |s| > 0.5, the alignment factor is ~1 almost everywhere
 
 
 def pair_words(x: dict) -> str:
@@ -75,14 +76,18 @@ def fisher_lines(d: dict) -> list[str]:
                 + f", and {tail_words(tails)}: on this trained embedder Eq. 5 orders the weights by "
                 "γ√|θ|·(1 + α·s), magnitude reweighted by the alignment"
                 + (f" (the paper-mode mask differs from magnitude's in {diff['share']:.2%} of its decisions)"
-                   if diff else "") + ". The balanced mask shows what the Fisher term would change if it counted."]
+                   if diff else "") + "."
+                + (" The balanced mask shows what the Fisher term changes once it counts." if "dai-balanced" in
+                   d["masks"] else "")]
     a = d.get("alignment")
     if a:
         out += ["", f"The alignment the paper-mode mask used (`{a['run']}`, Eq. 4 as `{a['alignment']}`, ε = "
                 f"{a['eps']:g}): the median |ḡ_gen·ḡ_dom| is {a['median_abs_product']:.2g}, above ε for "
                 f"{a['share_product_over_eps']:.2%} of the weights, and |s| > 0.5 for "
-                f"{a['share_abs_s_over_half']:.2%}; elsewhere s is near 0. The paper leaves ε's value open; at this "
-                "one Eq. 4 moves few weights' scores. The ε = 1e-30 mask gives every weight its sign, s = ±1."]
+                f"{a['share_abs_s_over_half']:.2%}"
+                + ("; elsewhere s is near 0: the paper leaves ε's value open, and at this one Eq. 4 moves few "
+                   "weights' scores" if a["share_abs_s_over_half"] < FEW else "") + "."
+                + (" The ε = 1e-30 mask gives every weight its sign, s = ±1." if "dai-sign" in d["masks"] else "")]
     return out
 
 
