@@ -157,7 +157,7 @@ def measure(a, out: Path) -> dict:
                           / sum(s.numel() for s in res.dai.values()),
                           "fisher_term_over_magnitude_term": res.fisher_ratio,
                           "fisher_scale_applied": res.fisher_scale})
-            scale = 1.0 / res.fisher_ratio if res.fisher_ratio else 1.0
+            scale = D.balanced_scale(res.fisher_ratio)
             del res
         tail[run] = {"balanced_scale": scale,
                      "kinds": tails(theta, stats["fisher_gen"], stats["fisher_dom"], scale)}

@@ -108,21 +108,20 @@ def against_magnitude(out: Path) -> dict:
 def dai_against(out: Path, prefix: str) -> dict:
     """Each DAI mask − each baseline mask, both evaluated as ``out/<prefix><mask>``, paired per query: overall and
     per task. Masks not evaluated (a one-shot-only mask has no retrained evaluation) are left out."""
+    names = [n for n in DAI_MASKS + BASELINES if (out / f"{prefix}{n}" / formats.RESULTS).is_file()]
+    entries = dict(zip(names, compare.load_entries([str(out / f"{prefix}{n}") for n in names], [], names)))
     found = {}
-    for dai in DAI_MASKS:
-        for base in BASELINES:
-            a, b = out / f"{prefix}{dai}", out / f"{prefix}{base}"
-            if not (a / formats.RESULTS).is_file() or not (b / formats.RESULTS).is_file():
-                continue
-            row = compare.compare(compare.load_entries([str(b), str(a)], [], [base, dai]))["rows"][1]
+    for dai in (d for d in DAI_MASKS if d in entries):
+        for base in (b for b in BASELINES if b in entries):
+            row = compare.compare([entries[base], entries[dai]])["rows"][1]
             found.setdefault(dai, {})[base] = {"mean_delta": row.get("mean_delta"),
                                                "tasks": {t: c["delta"] for t, c in row["tasks"].items() if c}}
     return found
 
 
-def fisher_tails(out: Path, model: str) -> dict:
-    """Per DAI statistics run: where β·F_gen outweighs F_dom, and how far (``dai_modes.tails``), with the balanced
-    scale the run's own Fisher ratio gives."""
+def fisher_tails(out: Path, model: str, runs: dict) -> dict:
+    """Per DAI statistics run (``runs``: collect's figures of each): where β·F_gen outweighs F_dom, and how far
+    (``dai_modes.tails``), with the balanced scale the run's own Fisher ratio gives."""
     from benchmarks.dai_modes import tails
     from dsprune.encoder import Encoder
     from dsprune.importance import dai as D
@@ -132,30 +131,28 @@ def fisher_tails(out: Path, model: str) -> dict:
     theta = {n: w.detach().float().cpu() for n, w in target_weights(enc).items()}
     del enc
     found = {}
-    for run in DAI_RUNS:
-        ratio = formats.read_json(out / run / "manifest.json", "dai manifest")["figures"].get(
-            "mean_abs_fisher_term_over_magnitude_term")
-        scale = 1.0 / ratio if ratio else 1.0
+    for run, figures in runs.items():
+        scale = D.balanced_scale(figures.get("mean_abs_fisher_term_over_magnitude_term"))
         stats = {s: D.read_stat(out / run, s) for s in ("fisher_gen", "fisher_dom")}
         found[run] = {"balanced_scale": scale, "kinds": tails(theta, stats["fisher_gen"], stats["fisher_dom"], scale)}
     return found
 
 
-def alignment_figures(out: Path) -> dict:
-    """The paper-mode run's stored alignment, the one its mask used: how many weights Eq. 4 gives a clear sign
-    (|s| > 0.5), and how the products of the two mean gradients compare with the ε of its denominator."""
+def alignment_figures(out: Path, config: dict) -> dict:
+    """The paper-mode run's stored alignment, the one its mask used (``config``: that run's kept settings): how many
+    weights Eq. 4 gives a clear sign (|s| > 0.5), and how the products of the two mean gradients compare with the ε
+    of its denominator."""
     import torch
 
     from dsprune.importance import dai as D
 
-    cfg = formats.read_json(out / "dai" / "manifest.json", "dai manifest")["config"]
     s = torch.cat([v.flatten().abs() for v in D.read_stat(out / "dai", "alignment").values()])
     g_gen, g_dom = D.read_stat(out / "dai", "grad_gen"), D.read_stat(out / "dai", "grad_dom")
     prod = torch.cat([(g_gen[n] * g_dom[n]).flatten().abs() for n in g_gen])
-    return {"run": "dai", "alignment": cfg.get("alignment"), "eps": cfg.get("eps"),
+    return {"run": "dai", "alignment": config.get("alignment"), "eps": config.get("eps"),
             "share_abs_s_over_half": float((s > 0.5).double().mean()),
             "median_abs_product": float(prod.median()),
-            "share_product_over_eps": float((prod > cfg.get("eps", 1e-8)).double().mean())}
+            "share_product_over_eps": float((prod > config.get("eps", 1e-8)).double().mean())}
 
 
 def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: str = NAME) -> Path:
@@ -180,7 +177,7 @@ def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: 
         man = formats.read_json(out / run / "manifest.json", "dai manifest")
         doc["dai"][run] = {"config": {k: man["config"].get(k) for k in
                                       ("alignment", "variant", "fisher_batch", "grad_batch", "temperature",
-                                       "alpha", "beta", "gamma", "max_length")},
+                                       "alpha", "beta", "gamma", "eps", "max_length")},
                            **{k: man["figures"].get(k) for k in DAI_FIGURES}}
     doc["masks"] = {}
     for name in masks(out):
@@ -191,8 +188,8 @@ def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: 
     doc["against_magnitude"] = against_magnitude(out)
     doc["dai_against"] = {"oneshot": dai_against(out, "eval-"),
                           "retrained": None if part == "oneshot" else dai_against(out, "eval-retrain-")}
-    doc["tails"] = fisher_tails(out, model)
-    doc["alignment"] = alignment_figures(out)
+    doc["tails"] = fisher_tails(out, model, doc["dai"])
+    doc["alignment"] = alignment_figures(out, doc["dai"]["dai"]["config"])
     return keep_results(doc, out, results, keep_as)
 
 

@@ -172,6 +172,12 @@ class DaiResult:
     fisher_scale: float               # the scale applied to both Fisher terms
 
 
+def balanced_scale(ratio: float | None) -> float:
+    """The factor that gives the Fisher term the mean size of γ√|θ|, from their measured ratio (1 when the Fisher
+    term is all zero: there is nothing to scale)."""
+    return 1.0 / ratio if ratio else 1.0
+
+
 def compute(names: Iterable[str], f_gen: dict, f_dom: dict, g_gen: dict, g_dom: dict,
             theta: Callable[[str], torch.Tensor], p: DaiParams, allreduce: Allreduce | None = None,
             shapes: dict[str, tuple] | None = None) -> DaiResult:
@@ -188,7 +194,7 @@ def compute(names: Iterable[str], f_gen: dict, f_dom: dict, g_gen: dict, g_dom: 
         sums[1] += (p.gamma * th.sqrt()).double().sum()
     sums = reduce(sums)
     ratio = float(sums[0] / sums[1]) if sums[1] > 0 else None
-    scale = (1.0 / ratio if ratio else 1.0) if p.fisher_scale == "balanced" else float(p.fisher_scale)
+    scale = balanced_scale(ratio) if p.fisher_scale == "balanced" else float(p.fisher_scale)
     align, dai = {}, {}
     for n in names:
         align[n] = alignment(g_gen[n], g_dom[n], f_gen[n], f_dom[n], p.alignment, p.eps, allreduce,
