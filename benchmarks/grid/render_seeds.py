@@ -8,12 +8,22 @@ are taken from the intervals, so they cannot outrun them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from dsprune.report.compare import interval
 
 # what the compress-embedder recipe is for: this measured speed-up (documents and queries) at this share of the
 # unpruned model's mean nDCG@10, the share read from the low end of the paired interval, not the point estimate
 TARGET = (2.0, 0.97)
+
+
+class SeedRow(NamedTuple):
+    """One trained row of one seed's run, as the target lines weigh it."""
+    seed: object
+    label: str
+    speed: dict
+    delta: dict
+    tasks: dict
 
 
 def seed_of(doc: dict) -> object:
@@ -106,16 +116,16 @@ def verdict(deltas: list[dict], seeds: int, above: str, below: str) -> str:
     return f"No verdict: the {seeds} seeds' intervals do not all exclude 0 on the same side."
 
 
-def target_caveats(entries: list[tuple], speed: float) -> list[str]:
+def target_caveats(entries: list[SeedRow], speed: float) -> list[str]:
     """What a kept mean can hide: a task every seed loses on, and a speed-up the pruning's FLOP ratio does not
     reach by itself (the rest is the row's number format)."""
     found = []
-    for task in entries[0][4]:
-        deltas = [e[4].get(task, {}).get("delta") for e in entries]
+    for task in entries[0].tasks:
+        deltas = [e.tasks.get(task, {}).get("delta") for e in entries]
         if all(d and d["high"] < 0 for d in deltas):
             found.append(f"Below the unpruned model on {task} in every seed: "
                          f"{'; '.join(interval(d) for d in deltas)}.")
-    flops = [e[2].get("flop_ratio") for e in entries]
+    flops = [e.speed.get("flop_ratio") for e in entries]
     if all(f and f < speed for f in flops):
         found.append(f"The pruning's FLOP ratio is {max(flops):.2f}×: the rest of the speed-up is the number "
                      "format's.")
@@ -127,7 +137,7 @@ def target_lines(main: dict, variants: list[dict], ref: dict, target: tuple[floa
     interval keeps the target share of the unpruned mean. "Shown" needs two seeds that both keep it."""
     speed, share = target
     bar = (share - 1) * ref["mean"]
-    groups: dict[tuple, list] = {}
+    groups: dict[tuple, list[SeedRow]] = {}
     for doc in (main, *variants):
         names = (doc.get("variant") or {}).get("report_rows") or {}
         for r in doc["report"]["rows"]:
@@ -137,18 +147,18 @@ def target_lines(main: dict, variants: list[dict], ref: dict, target: tuple[floa
             if trained and delta and min(sp.get("document", 0), sp.get("query", 0)) >= speed:
                 label = names.get(r["label"], r["label"])
                 groups.setdefault((family(doc), r["label"]), []).append(
-                    (seed_of(doc), label, sp, delta, r.get("tasks") or {}))
+                    SeedRow(seed_of(doc), label, sp, delta, r.get("tasks") or {}))
     out = []
     for entries in groups.values():
-        entries.sort(key=lambda e: str(e[0]))
-        keeps = [d["low"] >= bar for _, _, _, d, _ in entries]
-        seeds = len({e[0] for e in entries})
-        each = "; ".join(f"seed {s}: {interval(d)} at {sp['document']:.2f}× / {sp['query']:.2f}×, "
-                         f"{'keeps' if k else 'misses'}" for (s, _, sp, d, _), k in zip(entries, keeps))
+        entries.sort(key=lambda e: str(e.seed))
+        keeps = [e.delta["low"] >= bar for e in entries]
+        seeds = len({e.seed for e in entries})
+        each = "; ".join(f"seed {e.seed}: {interval(e.delta)} at {e.speed['document']:.2f}× / "
+                         f"{e.speed['query']:.2f}×, {'keeps' if k else 'misses'}" for e, k in zip(entries, keeps))
         words = ("not shown: a seed's low end is under the bar" if not all(keeps) else
                  f"shown ({seeds} seeds, every low end above the bar)" if seeds >= 2 else
                  "kept in one training seed: not shown")
-        line = f"  - {entries[0][1]}: {each}. {words[0].upper()}{words[1:]}."
+        line = f"  - {entries[0].label}: {each}. {words[0].upper()}{words[1:]}."
         if all(keeps):
             line += "".join(f" {c}" for c in target_caveats(entries, speed))
         out.append(line)
