@@ -145,8 +145,9 @@ def test_collect_and_render(tmp_path, monkeypatch, tiny_dirs):
     section = text[text.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
     assert "- `dai`: DAI as the paper writes it" in section and "6.25% of its keep/prune decisions differ" in section
     assert "**Retrained on FinanceBench train** (GAPrune Table 2)" in section
-    assert "the retraining one seed: no retrained row is called better or worse either" in section
-    assert "**Seeds**" in section and "1 training seed;" in section
+    assert "the retraining ran with one seed: no retrained row is called better or worse either" in section
+    assert "**Seeds**" in section and "1 training seed;" in section and "same side of 0: none here)" in section
+    assert "not a verdict" not in section         # said once in each head, not on every line
     # the fake run evaluates two tasks, as a run with the scaled `tasks` param does
     assert "msmarco_trecdl_subset" not in doc["report"]["tasks"]
     assert "the MS MARCO subset, a general eval, is left out (the recipe's `tasks` param)" in section
@@ -163,7 +164,8 @@ def test_collect_and_render(tmp_path, monkeypatch, tiny_dirs):
     line = next(x for x in section.splitlines() if x.startswith("- DAI (paper) − magnitude: one-shot mean "))
     assert line.startswith(f"- DAI (paper) − magnitude: one-shot mean {compare.interval(dd['mean_delta'])}, "
                            f"financebench {compare.interval(dd['tasks']['financebench'])}; retrained, seed 42: mean ")
-    assert line.endswith("One training seed: not a verdict.")
+    assert line.endswith(".") and "erdict" not in line
+    assert "a verdict only after retraining, where two training seeds agree: none here)" in section
     line = next(x for x in section.splitlines() if x.startswith("- DAI (paper), Fisher balanced − random: "))
     assert "retrained" not in line
     # the Fisher tail of each DAI run, from its statistics and the model's weights
@@ -196,6 +198,7 @@ def test_oneshot_collect_needs_no_retraining_and_renders_it_pending(tmp_path, mo
     section = section[section.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
     assert "**One-shot** (GAPrune Table 1)" in section and "retraining: not run yet" in section
     assert "*pending*: the retraining stages have not run" in section
+    assert "the retraining has not run." in section and "ran with one seed" not in section
 
 
 def test_a_second_seed_changes_the_retraining_alone():

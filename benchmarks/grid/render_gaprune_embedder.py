@@ -44,8 +44,10 @@ def against_lines(d: dict, runs: list[dict]) -> list[str]:
     oneshot = (d.get("dai_against") or {}).get("oneshot") or {}
     if not oneshot:
         return []
+    seeds = len({r["retraining"]["seed"] for r in runs})
     out = ["", "**DAI against the baselines** (each DAI mask − each baseline mask, paired per query: the mean over "
-               f"the tasks, and {DOMAIN}, the domain)", ""]
+               f"the tasks, and {DOMAIN}, the domain; a verdict only after retraining, where two training seeds "
+               "agree" + ("" if seeds > 1 else ": none here") + ")", ""]
     for dai, bases in oneshot.items():
         for base, x in bases.items():
             line = f"- {LABEL.get(dai, dai)} − {LABEL.get(base, base)}: one-shot {pair_words(x)}"
@@ -53,10 +55,11 @@ def against_lines(d: dict, runs: list[dict]) -> list[str]:
                           .get(dai, {}).get(base)) for r in runs]
             retrained = [(seed, y) for seed, y in retrained if y and y.get("mean_delta")]
             if retrained:
-                line += "; retrained, " + "; ".join(f"seed {seed}: {pair_words(y)}" for seed, y in retrained) + ". " \
-                    + verdict([y["mean_delta"] for _, y in retrained], len(retrained),
-                              f"{LABEL.get(dai, dai)} keeps more after retraining",
-                              f"{LABEL.get(base, base)} keeps more after retraining")
+                line += "; retrained, " + "; ".join(f"seed {seed}: {pair_words(y)}" for seed, y in retrained) + "."
+                if seeds > 1:
+                    line += " " + verdict([y["mean_delta"] for _, y in retrained], len(retrained),
+                                          f"{LABEL.get(dai, dai)} keeps more after retraining",
+                                          f"{LABEL.get(base, base)} keeps more after retraining")
             out.append(line + ("" if retrained else "."))
     return out
 
@@ -118,7 +121,7 @@ def seed_lines(runs: list[dict]) -> list[str]:
     seeds = len({r["retraining"]["seed"] for r in runs})
     out = ["", f"**Seeds** (Table 2: retrained mask − the unpruned model retrained alike, paired per query, mean "
                f"over the tasks; {seeds} training seed{'s' if seeds > 1 else ''}; a verdict needs two seeds "
-               "with both intervals on the same side of 0)", ""]
+               "with both intervals on the same side of 0" + ("" if seeds > 1 else ": none here") + ")", ""]
     for row in runs[0]["retrained"]["rows"]:
         entries = [(r["retraining"]["seed"], next((x for x in r["retrained"]["rows"] if x["label"] == row["label"]),
                                                  None)) for r in runs]
@@ -126,9 +129,9 @@ def seed_lines(runs: list[dict]) -> list[str]:
         if not deltas:
             continue            # the reference row
         each = "; ".join(f"seed {s}: {compare.interval(dd)}" for s, dd in deltas)
-        out.append(f"- {row['label']}: {each}. " + verdict([dd for _, dd in deltas], len(deltas),
-                                                            "the retrained mask scores above the retrained control",
-                                                            "the retrained mask scores below the retrained control"))
+        out.append(f"- {row['label']}: {each}." + ("" if seeds < 2 else " " + verdict(
+            [dd for _, dd in deltas], len(deltas), "the retrained mask scores above the retrained control",
+            "the retrained mask scores below the retrained control")))
     return out
 
 
@@ -151,7 +154,8 @@ def render_gaprune_embedder(results: Path) -> list[str]:
            "scifact_small is an in-domain check here. One-shot masks have no training seed: no one-shot row is "
            "called better or worse than another; "
            + (f"the retraining ran with {seeds} seeds (*Seeds* below)." if seeds > 1 else
-              "the retraining one seed: no retrained row is called better or worse either."), "",
+              "the retraining ran with one seed: no retrained row is called better or worse either." if seeds else
+              "the retraining has not run."), "",
            "**The masks**", ""]
     for name, m in d["masks"].items():
         diff = d["against_magnitude"].get(name)
