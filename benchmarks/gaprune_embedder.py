@@ -10,8 +10,8 @@ it can run in pieces (a retraining stage resumes from its last checkpoint), and 
 Table 1 alone, the stages up to ``report-oneshot``, so the one-shot half lands before the retraining is done.
 ``--param 'tasks=[scifact_small, financebench]'`` leaves the MS MARCO subset out of every evaluation, most of their
 time. Keeps both reports (paired bootstrap intervals against the unpruned model, and against the unpruned model
-retrained alike), each DAI mask − each baseline paired per query (GAPrune's own comparison), the retraining's
-settings, the structured mask's measured speed-up, each DAI run's figures and where its β·F_gen outweighs F_dom, the
+retrained alike), each DAI mask − each baseline paired per query (GAPrune's own comparison), what the retraining
+does to the unpruned model by itself, the retraining's settings, the structured mask's measured speed-up, each DAI run's figures and where its β·F_gen outweighs F_dom, the
 share of each mask's keep/prune decisions that differ from magnitude's, the stage times and the command as
 ``benchmarks/results/gaprune_embedder.json``, and re-renders RESULTS.md. ``--seed 43`` retrains every mask and
 the control with a second training seed in ``out/recipes/gaprune-embedder-seed43`` (the one-shot stages, which
@@ -105,6 +105,12 @@ def against_magnitude(out: Path) -> dict:
     return found
 
 
+def paired(base: compare.Entry, other: compare.Entry) -> dict:
+    """``other`` − ``base``, paired per query: the mean over the tasks and each task's."""
+    row = compare.compare([base, other])["rows"][1]
+    return {"mean_delta": row.get("mean_delta"), "tasks": {t: c["delta"] for t, c in row["tasks"].items() if c}}
+
+
 def dai_against(out: Path, prefix: str) -> dict:
     """Each DAI mask − each baseline mask, both evaluated as ``out/<prefix><mask>``, paired per query: overall and
     per task. Masks not evaluated (a one-shot-only mask has no retrained evaluation) are left out."""
@@ -113,10 +119,16 @@ def dai_against(out: Path, prefix: str) -> dict:
     found = {}
     for dai in (d for d in DAI_MASKS if d in entries):
         for base in (b for b in BASELINES if b in entries):
-            row = compare.compare([entries[base], entries[dai]])["rows"][1]
-            found.setdefault(dai, {})[base] = {"mean_delta": row.get("mean_delta"),
-                                               "tasks": {t: c["delta"] for t, c in row["tasks"].items() if c}}
+            found.setdefault(dai, {})[base] = paired(entries[base], entries[dai])
     return found
+
+
+def retraining_alone(out: Path) -> dict:
+    """The unpruned model retrained − the unpruned model, paired per query: what the retraining on the domain does
+    by itself, which moves the control every retrained mask is measured against."""
+    base, retrained = compare.load_entries([str(out / "eval-full"), str(out / "eval-retrain-full")], [],
+                                           ["unpruned", "unpruned, retrained"])
+    return paired(base, retrained)
 
 
 def fisher_tails(out: Path, model: str, runs: dict) -> dict:
@@ -188,6 +200,7 @@ def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: 
     doc["against_magnitude"] = against_magnitude(out)
     doc["dai_against"] = {"oneshot": dai_against(out, "eval-"),
                           "retrained": None if part == "oneshot" else dai_against(out, "eval-retrain-")}
+    doc["retraining_alone"] = None if part == "oneshot" else retraining_alone(out)
     doc["tails"] = fisher_tails(out, model, doc["dai"])
     doc["alignment"] = alignment_figures(out, doc["dai"]["dai"]["config"])
     return keep_results(doc, out, results, keep_as)

@@ -9,6 +9,7 @@ import torch
 
 from benchmarks import gaprune_embedder as ge
 from benchmarks.grid import render
+from benchmarks.grid import render_gaprune_embedder as ge_render
 from dsprune import formats
 from dsprune.importance.gaprune import REFERENCE
 from dsprune.recipe import load_recipe
@@ -146,6 +147,11 @@ def test_collect_and_render(tmp_path, monkeypatch, tiny_dirs):
     assert "- `dai`: DAI as the paper writes it" in section and "6.25% of its keep/prune decisions differ" in section
     assert "**Retrained on FinanceBench train** (GAPrune Table 2)" in section
     assert "the retraining ran with one seed: no retrained row is called better or worse either" in section
+    alone = doc["retraining_alone"]
+    assert set(alone["tasks"]) == {"scifact_small", "financebench"} and "diff" in alone["mean_delta"]
+    assert f"**The retraining alone** (the unpruned model retrained − the unpruned model, paired per query; the " \
+        f"retrained rows above are measured against the former): seed 42: {ge_render.pair_words(alone)}, " \
+        f"scifact_small {compare.interval(alone['tasks']['scifact_small'])}." in section
     assert "**Seeds**" in section and "1 training seed;" in section and "same side of 0: none here)" in section
     assert "not a verdict" not in section         # said once in each head, not on every line
     # the fake run evaluates two tasks, as a run with the scaled `tasks` param does
@@ -193,6 +199,7 @@ def test_oneshot_collect_needs_no_retraining_and_renders_it_pending(tmp_path, mo
         ge.collect({"model": str(model)}, out, results)
     doc = json.loads(ge.collect({"model": str(model)}, out, results, "oneshot").read_text())
     assert doc["retrained"] is None and doc["retraining"] is None and doc["part"] == "oneshot"
+    assert doc["retraining_alone"] is None
     assert "--only" in doc["command"] and not [s for s in doc["stages"] if "retrain" in s["name"]]
     section = render.render(results, tmp_path / "RESULTS.md")
     section = section[section.index("## GAPrune Tables 1 and 2 on a trained embedder"):]

@@ -113,6 +113,18 @@ def retrained_runs(d: dict, results: Path) -> list[dict]:
     return sorted(runs, key=lambda r: r["retraining"]["seed"])
 
 
+def alone_lines(runs: list[dict]) -> list[str]:
+    """What retraining does to the unpruned model by itself, per seed: the control of Table 2 is not the unpruned
+    model of Table 1."""
+    found = [(r["retraining"]["seed"], r["retraining_alone"]) for r in runs if r.get("retraining_alone")]
+    if not found:
+        return []
+    each = "; ".join(f"seed {s}: {pair_words(x)}, " + ", ".join(
+        f"{t} {compare.interval(dd)}" for t, dd in x["tasks"].items() if t != DOMAIN) for s, x in found)
+    return ["", "**The retraining alone** (the unpruned model retrained − the unpruned model, paired per query; "
+                f"the retrained rows above are measured against the former): {each}."]
+
+
 def seed_lines(runs: list[dict]) -> list[str]:
     """Table 2 per mask over the retraining seeds: each retrained mask − the unpruned model retrained alike, paired
     per query, and the verdict the seeds allow."""
@@ -174,4 +186,4 @@ def render_gaprune_embedder(results: Path) -> list[str]:
     out.append(compare.markdown(d["retrained"]) if d["retrained"] is not None else
                "*pending*: the retraining stages have not run (`benchmarks/gaprune_embedder.py` without "
                "`--part oneshot` runs them and keeps both tables).")
-    return out + seed_lines(runs) + against_lines(d, runs) + [""]
+    return out + alone_lines(runs) + seed_lines(runs) + against_lines(d, runs) + [""]
