@@ -5,7 +5,7 @@ after retraining on the domain?
 
 Runs ``recipes/gaprune-embedder.yaml`` (sample → DAI statistics, per sample and as the authors' code → one
 mask per method → eval → the same LoRA retraining of every mask and of the unpruned model → eval → two
-reports) into ``out/recipes/gaprune-embedder``. About 11 hours on 2 CPU cores; finished stages are reused, so
+reports) into ``out/recipes/gaprune-embedder``. About 6 hours on 2 CPU cores; finished stages are reused, so
 it can run in pieces (a retraining stage resumes from its last checkpoint), and ``--part oneshot`` runs and keeps
 Table 1 alone, the stages up to ``report-oneshot``, so the one-shot half lands before the retraining is done.
 ``--param 'tasks=[scifact_small, financebench]'`` leaves the MS MARCO subset out of every evaluation, most of their
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         share_unpruned_eval(out)
         run_recipe_command(command(params, a.part, out), out,
                            "the retraining only; " if another else
-                           "about 11 h on 2 CPU cores; " if a.part == "all" else "Table 1 only; ")
+                           "about 6 h on 2 CPU cores; " if a.part == "all" else "Table 1 only; ")
     dest = collect(params, out, Path(a.results), a.part, name)
     doc = formats.read_json(dest, "results")
     print(compare.markdown(doc["report"]))
