@@ -11,8 +11,9 @@ Table 1 alone, the stages up to ``report-oneshot``, so the one-shot half lands b
 ``--param 'tasks=[scifact_small, financebench]'`` leaves the MS MARCO subset out of every evaluation, most of their
 time. Keeps both reports (paired bootstrap intervals against the unpruned model, and against the unpruned model
 retrained alike), each DAI mask − each baseline paired per query (GAPrune's own comparison), what the retraining
-does to the unpruned model by itself, the retraining's settings, the structured mask's measured speed-up, each DAI run's figures and where its β·F_gen outweighs F_dom, the
-share of each mask's keep/prune decisions that differ from magnitude's, the stage times and the command as
+does to the unpruned model by itself, the retraining's settings, the structured mask's measured speed-up, each DAI
+run's figures and where its β·F_gen outweighs F_dom, the share of each mask's keep/prune decisions that differ
+from magnitude's, the stage times and the command as
 ``benchmarks/results/gaprune_embedder.json``, and re-renders RESULTS.md. ``--seed 43`` retrains every mask and
 the control with a second training seed in ``out/recipes/gaprune-embedder-seed43`` (the one-shot stages, which
 read no seed, hard-linked from the first run) and keeps ``gaprune_embedder_seed43.json``: a Table 2 verdict
