@@ -44,7 +44,7 @@ def against_lines(d: dict, runs: list[dict]) -> list[str]:
     oneshot = (d.get("dai_against") or {}).get("oneshot") or {}
     if not oneshot:
         return []
-    seeds = len({r["retraining"]["seed"] for r in runs})
+    seeds = seed_count(runs)
     out = ["", "**DAI against the baselines** (each DAI mask − each baseline mask, paired per query: the mean over "
                f"the tasks, and {DOMAIN}, the domain; a verdict only after retraining, where two training seeds "
                "agree" + ("" if seeds > 1 else ": none here") + ")", ""]
@@ -104,6 +104,11 @@ def retraining_line(r: dict | None) -> str:
             "every mask and the unpruned control alike")
 
 
+def seed_count(runs: list[dict]) -> int:
+    """How many distinct retraining seeds ``runs`` hold: a verdict needs two."""
+    return len({r["retraining"]["seed"] for r in runs})
+
+
 def retrained_runs(d: dict, results: Path) -> list[dict]:
     """The run ``d`` and every other retraining seed's run (``gaprune_embedder_seed*.json``) whose retraining has
     run, in seed order."""
@@ -130,7 +135,7 @@ def seed_lines(runs: list[dict]) -> list[str]:
     per query, and the verdict the seeds allow."""
     if not runs:
         return []
-    seeds = len({r["retraining"]["seed"] for r in runs})
+    seeds = seed_count(runs)
     out = ["", f"**Seeds** (Table 2: retrained mask − the unpruned model retrained alike, paired per query, mean "
                f"over the tasks; {seeds} training seed{'s' if seeds > 1 else ''}; a verdict needs two seeds "
                "with both intervals on the same side of 0" + ("" if seeds > 1 else ": none here") + ")", ""]
@@ -152,7 +157,7 @@ def render_gaprune_embedder(results: Path) -> list[str]:
     if d is None:
         return []
     runs = retrained_runs(d, results)
-    seeds = len({r["retraining"]["seed"] for r in runs})
+    seeds = seed_count(runs)
     minutes = sum(s.get("seconds") or 0 for s in d["stages"]) / 60
     general = sorted({x.get("n_general") for x in d["dai"].values()} - {None})
     out = [f"## {d['title']}", "",
