@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -205,6 +206,49 @@ def model_fingerprint(model: str) -> str:
     from dsprune.packaged import model_path
 
     return fingerprint(model_path(model))
+
+
+def content_id(path: Path) -> str:
+    """What a stage read from ``path``: a model folder's weights fingerprint, else a hash of the file or of every
+    file under the folder."""
+    import hashlib
+
+    from dsprune.eval.mteb_model import fingerprint
+
+    if path.is_dir() and any(path.glob("*.safetensors")) or path.suffix == ".gguf":
+        return fingerprint(path)
+    h = hashlib.sha1()
+    for f in sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()):
+        h.update(str(f.relative_to(path) if f != path else f.name).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def stage(name: str, argv: list[str], out: Path, log: list) -> Path:
+    """``dsprune ARGV --out OUT/NAME``, reused when the same command finished before on the same inputs: a model
+    retrained at the same path (the dense retriever's) is a new input, so the stage runs again."""
+    import json
+
+    from dsprune import formats
+    from dsprune.cli import main
+
+    dest = out / name
+    command = shlex.join(["dsprune", *argv, "--out", str(dest.relative_to(REPO) if dest.is_relative_to(REPO)
+                                                          else dest)])
+    inputs = {a: content_id(Path(a)) for a in argv if not a.startswith("-") and Path(a).exists()}
+    key = command + "\n" + json.dumps(inputs, sort_keys=True)
+    stamp = out / f"{name}.command"
+    if stamp.is_file() and stamp.read_text() == key and (dest / formats.MANIFEST).is_file():
+        log.append({"name": name, "command": command, "inputs": inputs, "seconds": None, "reused": True})
+        return dest
+    print(f"$ {command}", flush=True)
+    t0 = time.perf_counter()
+    if main([*argv, "--out", str(dest), "--overwrite", "true"]) != 0:
+        raise SystemExit(f"stage {name} failed: {command}")
+    log.append({"name": name, "command": command, "inputs": inputs, "seconds": round(time.perf_counter() - t0, 1),
+                "reused": False})
+    stamp.write_text(key)
+    return dest
 
 
 def rerender() -> None:

@@ -23,8 +23,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO, model_fingerprint, results_name, slug  # noqa: E402
-from benchmarks.int8_padding import stage  # noqa: E402
+from benchmarks._common import REPO, model_fingerprint, results_name, slug, stage  # noqa: E402
 from dsprune import formats  # noqa: E402
 
 NAME = "drop_position"

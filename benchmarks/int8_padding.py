@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import time
 from pathlib import Path
 
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO, bench_speed, rerender  # noqa: E402
+from benchmarks._common import REPO, bench_speed, rerender, stage  # noqa: E402
 from dsprune import formats  # noqa: E402
 
 NAME = "int8_padding"
@@ -58,26 +57,6 @@ def padding(model: str, folder: Path, batch_sizes: list[int], max_length: int) -
             rows.append({"kind": kind, "batch_size": bs, "texts": len(items), "real_tokens": sum(map(len, ids)),
                          "by_chars": padding_fraction(chars), "by_tokens": padding_fraction(tokens)})
     return {"data": str(folder), "max_length": max_length, "rows": rows}
-
-
-def stage(name: str, argv: list[str], out: Path, log: list) -> Path:
-    """``dsprune ARGV --out OUT/NAME``, reused when the same command finished before (its stamp matches)."""
-    from dsprune.cli import main
-
-    dest = out / name
-    command = shlex.join(["dsprune", *argv, "--out", str(dest.relative_to(REPO) if dest.is_relative_to(REPO)
-                                                          else dest)])
-    stamp = out / f"{name}.command"
-    if stamp.is_file() and stamp.read_text() == command and (dest / formats.MANIFEST).is_file():
-        log.append({"name": name, "command": command, "seconds": None, "reused": True})
-        return dest
-    print(f"$ {command}", flush=True)
-    t0 = time.perf_counter()
-    if main([*argv, "--out", str(dest), "--overwrite", "true"]) != 0:
-        raise SystemExit(f"stage {name} failed: {command}")
-    log.append({"name": name, "command": command, "seconds": round(time.perf_counter() - t0, 1), "reused": False})
-    stamp.write_text(command)
-    return dest
 
 
 def skipped_label(skip: list[str]) -> str:

@@ -48,6 +48,10 @@ def test_drop_position_on_a_tiny_model(tiny_dirs, tmp_path):
     lines = render_drop_position(results)
     assert lines[0].startswith("## Which MLPs a drop takes")
     assert f"### The same on `{tiny_dirs['llama']}`" in lines
+    # the committed run's stages were reused by command alone: said once, under its own section only
+    caveats = [i for i, line in enumerate(lines) if line.startswith("Caveat: ")]
+    assert len(caveats) == 1 and caveats[0] < lines.index(f"### The same on `{tiny_dirs['llama']}`")
+    assert all("inputs" in s for s in doc["stages"])
     # a model at the dense retriever's path that is another training run is named as such, by its weights
     assert len(doc["model_fingerprint"]) == 40
     assert f"(weights {doc['model_fingerprint'][:12]}; not the grid's dense row" in "\n".join(lines)
@@ -58,3 +62,33 @@ def test_verdict_follows_the_interval():
     assert verdict({**c, "low": -0.2, "high": -0.01}) == "A scores lower than B"
     assert verdict({**c, "low": 0.01, "high": 0.2}) == "A scores higher than B"
     assert verdict({**c, "low": -0.01, "high": 0.2}) == "A and B are not separable"
+
+
+def test_a_stage_runs_again_when_its_input_changes_at_the_same_path(tiny_dirs, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from benchmarks._common import stage
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_dirs["llama"], model)
+    scores = tmp_path / "scores.json"
+    scores.write_text(json.dumps({"scores": {"attn": {}, "mlp": {"0": 0.9, "1": 0.01, "2": 0.3, "3": 0.02},
+                                             "block": {}}, "order": {}, "num_layers": 4}))
+    argv = ["drop", "--model", str(model), "--scores", str(scores), "--drop_mlp", "1"]
+    log: list = []
+    stage("drop", argv, tmp_path / "out", log)
+    stage("drop", argv, tmp_path / "out", log)
+    assert [s["reused"] for s in log] == [False, True]
+    assert set(log[0]["inputs"]) == {str(model), str(scores)}
+    # the model retrained in place: same path, same command, other weights
+    weights = next(model.glob("*.safetensors"))
+    tensors = load_file(weights)
+    name = next(iter(tensors))
+    tensors[name] = tensors[name] + 1
+    save_file(tensors, weights, metadata={"format": "pt"})
+    stage("drop", argv, tmp_path / "out", log)
+    assert log[2]["reused"] is False and log[2]["inputs"][str(model)] != log[0]["inputs"][str(model)]
+    # so are new importance scores
+    scores.write_text(scores.read_text().replace("0.01", "0.5"))
+    stage("drop", argv, tmp_path / "out", log)
+    assert log[3]["reused"] is False

@@ -17,11 +17,48 @@ def render_drop_position(results: Path) -> list[str]:
             if (d := section_result(p, {"title", "command", "report", "model", "variants", "contrasts"},
                                     "benchmarks/drop_position.py"))]
     grid_dense = grid_dense_fingerprint(results)
+    grid = grid_drops(results)
     out = []
     for i, d in enumerate(docs):
         out += drop_position_section(d, heading=None if i == 0 else f"### The same on {model_words(d)}",
                                      grid_dense=grid_dense)
+        out += reuse_caveat(d, grid)
     return out
+
+
+def grid_drops(results: Path) -> dict[tuple, list[tuple[str, str, float]]]:
+    """Untrained grid rows by the MLPs they drop: (row, task, score), to tell a reused stage's model by its
+    scores."""
+    import json
+
+    out: dict[tuple, list] = {}
+    for p in sorted(results.glob("*.json")):
+        d = json.loads(p.read_text())
+        st = d.get("structure") if isinstance(d, dict) and d.get("row") and not d.get("training") else None
+        if st and st.get("drop_mlp") and not st.get("drop_attn"):
+            out.setdefault(tuple(st["drop_mlp"]), []).extend(
+                (d["row"], t, v["ndcg_at_10"]) for t, v in d.get("tasks", {}).items() if "ndcg_at_10" in v)
+    return out
+
+
+def reuse_caveat(d: dict, grid: dict) -> list[str]:
+    """Stages reused before reuse matched their inputs' content (a stage log without ``inputs``) may be of an
+    earlier model at the same path; a row scoring exactly what a grid row with the same drop scores says so."""
+    old = [s["name"] for s in d.get("stages", []) if s.get("reused") and "inputs" not in s]
+    if not old:
+        return []
+    same = []
+    for row in d["report"]["rows"]:
+        drop = tuple((d["variants"].get(row["label"]) or {}).get("drop_mlp") or ())
+        for name, task, score in grid.get(drop, []):
+            mine = (row["tasks"].get(task) or {}).get("score")
+            if mine is not None and round(mine, 5) == round(score, 5):
+                same.append(f"{row['label']} scores {mine:.5f} on {task}, exactly what the grid's `{name}` "
+                            "(the same MLPs dropped, no training) scores")
+    return [f"Caveat: {len(old)} of its {len(d['stages'])} stages were reused from earlier runs, matched by their "
+            "command alone (stages now match their inputs' content as well), so a stage may hold the output of an "
+            "earlier model or scores file at the same path; the weights named above are the path's when the "
+            "results were collected." + (" " + "; ".join(same) + "." if same else ""), ""]
 
 
 def verdict(c: dict) -> str:
