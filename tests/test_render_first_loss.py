@@ -19,3 +19,11 @@ def test_effir_start_compares_the_same_dropped_model():
     assert "no row trains its dropped model (MLPs 13, 14, 16, 17) without the mask" in line
     assert "withdrawn" in line
     assert effir_start_lines(_docs("t2-8m", "dense")) == []       # no slimmed row: nothing to say
+
+
+def test_effir_start_does_not_pair_a_row_of_another_seed_or_other_groups():
+    docs = _docs("effir", "t2-15m", "t2-19m")
+    other = json.loads(json.dumps(docs["t2-15m"]))
+    other["inputs"]["train_groups"] = "0" * 40            # mined again: its first batch is not the EffiR row's
+    (line,) = effir_start_lines({**docs, "t2-15m": other})
+    assert "Drop-15M, the same dropped MLPs" not in line and "no row trains its dropped model" in line

@@ -135,7 +135,7 @@ def test_render_tables_with_cis_and_pending(tmp_path):
     assert "1.70×" in t3 and "1.60×" in t3 and "| 32 |" in t3
     assert "1.00× (baseline)" in line("EffiR Table 3", "full (= dense)")
     assert "No intervals yet: the reference row `gap-dense-retrain` is pending." in text
-    assert "dense − untrained on scifact_small" in text and "clearly better (interval above 0)" in text
+    assert "dense − untrained on scifact_small" in text and "clearly better (interval above 0; one training run" in text
     assert "EffiR (15M + slim 30%) − Drop-19M on financebench" in text
     assert (results / "quality_vs_speed.png").is_file() and "![quality vs speed](results/quality_vs_speed.png)" in text
     assert "- **t1-4a** (abc1234" in text and "  - `dsprune eval --model m --out o/t1-4a-eval`" in text
@@ -529,3 +529,29 @@ def test_rows_made_from_another_dense_model_are_flagged_with_both_fingerprints(t
     text = render.render(results, tmp_path / "RESULTS.md")
     assert "- **warning**: sd-15m used a different dense model (bbbbbbbb) than the dense row (aaaaaaaa)" in text
     assert "t2-15m used" not in text
+
+
+def test_a_pair_trained_on_different_mined_groups_says_so(tmp_path):
+    results, docs = _grid(tmp_path, {"dense": 0.6, "t2-15m": 0.05, "t2-15m-p4": 0.3})
+    for r, fp in (("t2-15m", "b7bd7bbd" + "0" * 32), ("t2-15m-p4", "b67d6bac" + "0" * 32)):
+        docs[r]["inputs"] = {"train_groups": {"path": "g.jsonl", "fingerprint": fp}}
+        (results / f"{r}.json").write_text(json.dumps(docs[r]))
+    text = render.render(results, tmp_path / "RESULTS.md")
+    assert ("**Drop-15M, first 4 protected (134.5M) and Drop-15M (134.5M) trained on different mined groups** at "
+            "the first seed: b67d6bac… against b7bd7bbd…") in text
+    docs["t2-15m"]["inputs"] = docs["t2-15m-p4"]["inputs"]
+    (results / "t2-15m.json").write_text(json.dumps(docs["t2-15m"]))
+    assert "different mined groups" not in render.render(results, tmp_path / "RESULTS.md")
+
+
+def test_learning_rates_are_named_by_what_each_stage_trains():
+    def doc(*commands):
+        return {"stages": [{"command": c} for c in commands]}
+    docs = {"a": doc("deepspeed launchers/train.py --learning_rate 0.0002 --lora true"),
+            "b": doc("deepspeed launchers/train.py --mode slim --slim_train gates --slim_lr 0.05 --learning_rate 1",
+                     "deepspeed launchers/train.py --learning_rate 0.0002"),
+            "c": doc("deepspeed launchers/train.py --mode distill --lora false --learning_rate 0.0002"),
+            "d": doc("dsprune eval --model m")}
+    (line,) = render.learning_rates(docs)
+    assert "LoRA 0.0002 in 2 rows" in line and "slimming gates 0.05 in 1 row;" in line
+    assert "full parameters 0.0002 in 1 row" in line

@@ -31,7 +31,7 @@ from .render_table1 import render_table1
 from .render_throughput import render_throughput
 from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
                    HEADLINE_TASK, MODEL_NOTE, RECOVERY_PAIRS, ROWS, SCALED, TABLES, Table)
-from .section import section_result
+from .section import groups_of, section_result, training_seeds
 
 RESULTS = REPO / "benchmarks" / "results"       # one JSON per finished row, and the figures RESULTS.md shows
 RESULTS_MD = REPO / "benchmarks" / "RESULTS.md"
@@ -117,6 +117,15 @@ def other_seeds(a: dict, b: dict, task: str, first: dict, names: list[str]) -> s
                                                             f"{names[0]} keeps more", f"{names[1]} keeps more"))
 
 
+def groups_difference(a: dict, b: dict) -> list[str]:
+    """Where a pair's two rows trained on different mined groups, seed by seed: a pair meant to differ in one
+    thing then differs in its training data as well."""
+    seeds = [("the first seed", a, b)] + [(f"seed {s}", a["other_seeds"][s], b["other_seeds"][s])
+                                          for s in a.get("other_seeds") or {} if s in (b.get("other_seeds") or {})]
+    return [f"{where}: {ga[:8]}… against {gb[:8]}…" for where, x, y in seeds
+            if (ga := groups_of(x)) and (gb := groups_of(y)) and ga != gb]
+
+
 def structure_difference(a: dict, b: dict) -> list[str]:
     """What two rows' models differ in beyond their weights (dropped sub-layers, per-layer MLP widths): a pair that
     should differ only in its recovery says so when the models it starts from are not the same shape."""
@@ -133,24 +142,6 @@ def training_time(doc: dict) -> str:
     """Seconds of the row's training loops (its ``train_seconds``), stage by stage."""
     secs = [f"{v['train_seconds']:.0f}" for v in (doc.get("training") or {}).values() if v.get("train_seconds")]
     return " + ".join(secs) if secs else "–"
-
-
-def training_seeds(doc: dict) -> str:
-    """The training seed(s) of a row (a verdict needs two): kept with its training, or read from the training
-    stage's command in rows made before the seed was kept."""
-    import shlex
-    commands = {st.get("name"): st.get("command") for st in doc.get("stages") or []}
-    seeds = []
-    for name, run in (doc.get("training") or {}).items():
-        seed = run.get("seed")
-        if seed is None and commands.get(name):
-            argv = shlex.split(commands[name])
-            seed = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--seed"), None)
-        seed = "not kept" if seed is None else str(seed)
-        if seed not in seeds:
-            seeds.append(seed)
-    seeds += [str(x) for x in doc.get("other_seeds") or {}]
-    return ", ".join(seeds) if seeds else "–"
 
 
 def slim_mask_without_ties(doc: dict) -> bool:
@@ -234,7 +225,8 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
         for t in tasks:
             if pq("dense", t) and pq("untrained", t):
                 d = paired_bootstrap(pq("dense", t), pq("untrained", t), 2000, 0)
-                verdict = "clearly better (interval above 0)" if d["low"] > 0 else "NOT clearly better"
+                verdict = ("clearly better (interval above 0; one training run, its seed not kept)" if d["low"] > 0
+                           else "NOT clearly better")
                 lines.append(f"- dense − untrained on {t}: {interval(d)}: "
                              f"{verdict}.")
     else:
@@ -251,6 +243,10 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
                     d = paired_bootstrap(pq(a, t), pq(b, t), 2000, 0)
                     lines.append(f"- {lead}{names[0]} − {names[1]} on {t}: {interval(d)} (p = {d['p']:.3f})."
                                  + other_seeds(docs[a], docs[b], t, d, names))
+            groups = groups_difference(docs[a], docs[b])
+            if groups:
+                lines.append(f"- {lead}**{names[0]} and {names[1]} trained on different mined groups** at "
+                             + "; ".join(groups) + ", so more than the pair's question differs between them.")
 
     pair_checks(EFFIR_PAIRS, sizes=False)   # EffiR's claim: slimming beats deeper dropping at equal size
     lines += effir_start_lines(docs)
@@ -298,8 +294,9 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
         theirs = sorted({docs[r]["inputs"]["dense"]["fingerprint"][:8] for r in stale})
         lines.append(f"- **warning**: {', '.join(stale)} used a different dense model ({', '.join(theirs)}) than "
                      f"the dense row ({dense_fp[:8]}), so their intervals against it compare two dense models. "
-                     "`--force` reruns them on the dense model now on disk; `--rows dense --force` rescores the "
-                     "dense row instead, and then the rows made from the old one are flagged.")
+                     "`--force` reruns them on whatever dense model the grid's inputs then hold, which need not be the "
+                     "dense row's either; the intervals pair only rows made from one dense model, so rerun the dense "
+                     "row and these rows together.")
     return lines + [""]
 
 
@@ -321,7 +318,8 @@ def render(results: Path, md: Path) -> str:
            "Speed-ups are measured by `dsprune bench` in one run (±0.1 between runs). *min*: wall minutes of the "
            "row's stages on 2 CPU cores (a shared stage such as scoring counts in every row that uses it; *+*: a "
            "training stage resumed from a checkpoint and only its last run is counted). *seed*: the row's "
-           "training seed(s), from its training stages; a verdict needs two seeds with the same sign, so a row "
+           "training seed(s), from its training stages; a verdict needs two seeds whose paired intervals exclude 0 "
+           "on the same side, so a row "
            "with one seed decides none (*not kept*: the row's JSON does not hold it; a second seed comes from "
            "`--seed N`, and the checks below then give each seed's interval). "
            "*run*: `.venv/bin/python benchmarks/reproduce.py --rows ROW`.", "",
@@ -362,6 +360,9 @@ def render(results: Path, md: Path) -> str:
             out.append(f"- **{r}** ({d.get('code_version')}, {fmt_minutes(d)} min of "
                        f"stages, {d.get('wall_seconds', 0) / 60:.0f} min in its last run): `{d.get('command')}`")
             out += [f"  - `{s['command']}`" for s in d.get("stages", [])]
+            staged = {s.get("name") for s in d.get("stages", [])}
+            out += [f"  - training `{name}`: its command and code version are not kept"
+                    for name in d.get("training") or {} if name not in staged]
             for seed, sd in (d.get("other_seeds") or {}).items():
                 out.append(f"  - seed {seed} ({sd.get('code_version')}, {fmt_minutes(sd)} min of stages): "
                            f"`{sd.get('command')}`")
@@ -371,18 +372,28 @@ def render(results: Path, md: Path) -> str:
 
 
 def learning_rates(docs: dict) -> list[str]:
-    """The learning rate of the rows' training stages, read from their commands (EffiR trains at 1e-4)."""
-    rates: dict[str, list[str]] = {}
+    """The learning rate of the rows' training stages by what they train, read from their commands (EffiR trains
+    LoRA at 1e-4)."""
+    rates: dict[tuple[str, str | None], set[str]] = {}
     for r, d in docs.items():
         for s in d.get("stages", []):
             toks = (s.get("command") or "").split()
-            if "--learning_rate" in toks:
-                rates.setdefault(toks[toks.index("--learning_rate") + 1], []).append(r)
+            if "launchers/train.py" not in toks:
+                continue
+
+            def opt(name: str, default: str | None = None) -> str | None:
+                return toks[toks.index(name) + 1] if name in toks[:-1] else default
+            if opt("--mode") == "slim" and opt("--slim_train") == "gates":
+                key = ("slimming gates", opt("--slim_lr", "the trainer's default"))
+            else:
+                key = ("full parameters" if opt("--lora", "true") == "false" else "LoRA",
+                       opt("--learning_rate", "the trainer's default"))
+            rates.setdefault(key, set()).add(r)
     if not rates:
         return []
-    return ["- learning rate of every training stage (LoRA), from the rows' commands: " + "; ".join(
-        f"{lr} in {len(set(rows))} rows" for lr, rows in rates.items()) + " (EffiR, Appendix A.2: 1e-4; the "
-        "Table 2 and EffiR rows train with the dense row's options)"]
+    return ["- learning rate of every training stage, by what it trains, from the rows' commands: " + "; ".join(
+        f"{what} {lr} in {len(rows)} row{'s' if len(rows) > 1 else ''}" for (what, lr), rows in rates.items())
+        + " (EffiR, Appendix A.2: LoRA at 1e-4)"]
 
 
 def render_drop_order(results: Path, md: Path) -> list[str]:
@@ -436,9 +447,10 @@ def render_families(results: Path, md: Path) -> list[str]:
         if d is None:
             continue
         minutes = sum(s.get("seconds") or 0 for s in d["stages"]) / 60
+        changed = ", ".join(f"`{k}={v}`" for k, v in (d.get("params") or {}).items())
         out += [f"## A second model family: {d['title']}", "",
-                f"`{d['recipe']}`'s stages with only the model changed: `.venv/bin/python benchmarks/family.py "
-                f"{d['family']}` runs `{d['command']}` ({d.get('code_version')}, {minutes:.0f} min of stages on 2 "
+                f"`{d['recipe']}`'s stages with only its params changed ({changed}): `.venv/bin/python "
+                f"benchmarks/family.py {d['family']}` runs `{d['command']}` ({d.get('code_version')}, {minutes:.0f} min of stages on 2 "
                 "CPU cores) and keeps the recipe's `report` stage. The reference is the unpruned model given the "
                 "same training budget (`train-full`); *as shipped* is the model before any retrieval training.", "",
                 compare.markdown(d["report"]), ""]
@@ -488,6 +500,8 @@ def render_compress(results: Path, md: Path) -> list[str]:
         base = named.get(family(v), d)
         how = (f"`{v['recipe']}` (the same stages plus `slim`, `mask` and `export-mask`; its no-recovery row "
                "is the masked export)" if v["recipe"] != d["recipe"] else "the same recipe")
+        if base is not d and base is not v:   # a second seed's `set` holds only what differs from the run it repeats
+            how = f"the *{base['variant']['label']}* run"
         sets = v["variant"]["set"]
         how += (" with " + ", ".join(f"`{k}={x}`" for k, x in sets.items())) if sets else ""
         slimmed = f", slims the kept MLPs by {vp['slim_ratio']}" if vp.get("slim_ratio") else ""

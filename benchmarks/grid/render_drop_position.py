@@ -6,6 +6,8 @@ from pathlib import Path
 
 from dsprune.report import compare
 
+from .._common import REPO
+
 from .section import grid_dense_fingerprint, model_with_weights, model_words, section_result
 
 RESULTS_FILES = "drop_position*.json"     # one per model: SmolLM2 as it ships, the dense retriever, ...
@@ -61,6 +63,24 @@ def reuse_caveat(d: dict, grid: dict) -> list[str]:
             "results were collected." + (" " + "; ".join(same) + "." if same else ""), ""]
 
 
+def reference_words(d: dict) -> str:
+    """Where the undropped model's scores come from, and whether its evaluation is known to match the rows': a
+    committed results file says its split and length, a file under ``out/`` is no longer there to ask."""
+    import json
+
+    ref = d.get("reference_results")
+    if not ref:
+        return ""
+    words = f" *{d['reference']}* is `{ref}`, evaluated before"
+    path = REPO / ref
+    ev = (json.loads(path.read_text()).get("eval") or {}) if path.is_file() else {}
+    if ev.get("max_length") == d["max_length"] and ev.get("split") == "test":
+        return words + f" with the same settings (test split, ≤ {d['max_length']} tokens)."
+    if ev:
+        return words + f" with other settings ({ev}): its intervals compare two evaluations."
+    return words + "; its evaluation settings are not recorded, so that they match the rows' is not shown."
+
+
 def verdict(c: dict) -> str:
     """``a − b`` in words: which costs more, or that the interval cannot tell."""
     if c["high"] < 0:
@@ -78,8 +98,7 @@ def drop_position_section(d: dict, heading: str | None = None, grid_dense: str |
            f"Each row drops MLPs of {model} with `dsprune drop` and the scores `{d['scores']}`, then is evaluated "
            f"at ≤ {d['max_length']} tokens with no training. For the pairs every other layer is protected "
            "(`--protect`), so exactly those two MLPs go; *Drop-N, first k protected* is the drop by importance "
-           "with layers 0 to k−1 kept." + (f" *{d['reference']}* is `{d['reference_results']}`, evaluated before "
-                                            "with the same settings." if d.get("reference_results") else ""), ""]
+           "with layers 0 to k−1 kept." + reference_words(d), ""]
     out += [compare.markdown(table), "", "| row | MLPs dropped |", "|---|---|"]
     out += [f"| {label} | {', '.join(map(str, v['drop_mlp']))} |" for label, v in d["variants"].items()]
     out += ["", "Differences between rows (paired bootstrap over queries, 95 %):", ""]

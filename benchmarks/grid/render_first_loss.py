@@ -13,6 +13,7 @@ had task signal its rival did not.
 from __future__ import annotations
 
 from .rows import EFFIR_PAIRS, ROWS
+from .section import groups_of, training_seeds
 
 
 def _stage(doc: dict, pred) -> dict | None:
@@ -40,13 +41,18 @@ def effir_start_lines(docs: dict) -> list[str]:
         d = docs.get(effir)
         if d is None or slim_groups(d) is None or first_loss(d) is None:
             continue
-        dropped = (d.get("structure") or {}).get("drop_mlp") or []
+        st = d.get("structure") or {}
+        dropped = st.get("drop_mlp") or []
+        # the same first batch needs the same seed and groups; the same model, the same drops of both kinds
         same = [r for r, x in docs.items() if r != effir and r.startswith("t2-") and first_loss(x) is not None
-                and (x.get("structure") or {}).get("drop_mlp") == dropped and not x.get("mask")]
+                and (x.get("structure") or {}).get("drop_mlp") == dropped and not x.get("mask")
+                and ((x.get("structure") or {}).get("drop_attn") or []) == (st.get("drop_attn") or [])
+                and groups_of(x) == groups_of(d) and training_seeds(x).split(", ")[0] ==
+                training_seeds(d).split(", ")[0]]
         parts = [f"{ROWS[effir].label} starts training at loss {first_loss(d):.3f}"]
         if same:
             parts.append(f"{ROWS[same[0]].label}, the same dropped MLPs without the mask, at "
-                         f"{first_loss(docs[same[0]]):.3f} on the same first batch")
+                         f"{first_loss(docs[same[0]]):.3f} on the same first batch (same seed and groups)")
         else:
             parts.append(f"no row trains its dropped model (MLPs {', '.join(map(str, dropped))}) without the mask")
         if rival in docs and first_loss(docs[rival]) is not None:

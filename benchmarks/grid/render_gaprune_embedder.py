@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dsprune.report import compare
 
-from .render_dai_modes import tail_table, tail_words
+from .render_dai_modes import NEGLIGIBLE, tail_table, tail_words
 from .render_seeds import verdict
 from .section import section_result
 
@@ -27,7 +27,6 @@ LABEL = {"dai": "DAI (paper)", "dai-ref": "DAI (authors' code)", "dai-balanced":
          "dai-sign": "DAI (paper), ε = 1e-30",
          "magnitude": "magnitude", "fisher": "domain Fisher·|θ|", "wanda": "Wanda", "random": "random"}
 DOMAIN = "financebench"
-NEGLIGIBLE = 1e-3       # a Fisher term this far below γ√|θ| cannot reorder weights beyond the alignment factor
 FEW = 0.05              # below this share of weights with |s| > 0.5, the alignment factor is ~1 almost everywhere
 
 
@@ -76,10 +75,11 @@ def fisher_lines(d: dict) -> list[str]:
         diff = d["against_magnitude"].get("dai")
         out += ["", "As written, the Fisher term is "
                 + " and ".join(f"{r:.2g} of γ√|θ| on average (`{run}`)" for run, r in ratios.items())
-                + f", and {tail_words(tails)}: on this trained embedder Eq. 5 orders the weights by "
+                + f", and {tail_words(tails)}: on this trained embedder Eq. 5 orders nearly all weights by "
                 "γ√|θ|·(1 + α·s), magnitude reweighted by the alignment"
                 + (f" (the paper-mode mask differs from magnitude's in {diff['share']:.2%} of its decisions)"
-                   if diff else "") + "."
+                   if diff else "") + "; an inference from the averages and the tail, not measured weight by "
+                "weight."
                 + (" The balanced mask shows what the Fisher term changes once it counts." if "dai-balanced" in
                    d["masks"] else "")]
     a = d.get("alignment")
@@ -101,7 +101,7 @@ def retraining_line(r: dict | None) -> str:
     return (f"retraining {r['max_steps']} LoRA steps (r={r['lora_r']}, α={r['lora_alpha']}, learning rate "
             f"{r['learning_rate']}) of {r['per_device_batch_size']} queries per rank × {r['ranks']} ranks, groups of "
             f"{r['group_size']} passages, in {r.get('dtype') or 'float32'}, seed {r['seed']} (GAPrune: 100 steps); "
-            "every mask and the unpruned control alike")
+            "every retrained mask and the unpruned control alike")
 
 
 def seed_count(runs: list[dict]) -> int:

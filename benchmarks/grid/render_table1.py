@@ -88,7 +88,9 @@ def render_one(path: Path) -> list[str]:
                 f"interval over queries ({rep['samples']} resamples), the mean over tasks resampled per task.", "",
             "Head to head at the same drop count (paired per query, mean over the tasks). Equal counts are not "
             "equal savings: an attention sub-layer costs fewer FLOPs than an MLP here (the FLOP ratio column), and "
-            "a block drop removes the same layers' attention as well as their MLPs.", ""]
+            "a block drop removes the same layers' attention as well as their MLPs. No training, so no training seed: "
+            "each pair is the drops of one calibration sample, and its words say only where its query interval "
+            "lies.", ""]
     out += [f"- {verdict(name, pair, d['drops'])}." for name, pair in d["pairs"].items()]
     return out + [""]
 

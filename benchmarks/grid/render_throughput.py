@@ -92,8 +92,10 @@ def projection(d: dict) -> str:
             f"over NVLink, {_ms(full['net_100gbps_seconds'])} over the network "
             f"({d['findings']['projected_full_parameters_comm_over_compute']['net_100gbps']:.2g}× its "
             f"{_ms(full['gpu_compute_seconds'])} of compute, {full['flops_per_param_token']} FLOPs per parameter and "
-            f"token with the weight gradients), so "
-            f"across nodes it needs ZeRO's overlap of communication with the backward pass, or gradient accumulation.")
+            f"token with the weight gradients)"
+            + (", so across nodes it needs ZeRO's overlap of communication with the backward pass, or gradient "
+               "accumulation." if d['findings']['projected_full_parameters_comm_over_compute']['net_100gbps'] > 1
+               else ", so the network keeps up with the compute across nodes."))
 
 
 def bucketing(d: dict) -> str | None:

@@ -50,11 +50,12 @@ SCALED = {
     "evaluation": "scifact_small (300 queries, 1,000 docs) and FinanceBench test (75 questions), max length 128 "
                   "(EffiR: BEIR-13; GAPrune: FinMTEB); headline rows optionally on full SciFact",
     "distillation": "the collapsed rows' recovery replaced by self-distillation from the dense retriever (cosine "
-                    "to its embeddings + in-batch KL + InfoNCE on the pairs) over the texts of the dense budget's "
-                    "512 groups, unlabelled except their pairs: 2 ranks x 16 items, queries of at most 64 and "
-                    "passages of at most 128 tokens, full parameters but the token embeddings, lr 2e-4, "
-                    f"{SD_STEPS} steps, about the InfoNCE rows' training time (EffiR: LoRA, MS MARCO, a "
-                    "BGE-reranker teacher's scores)",
+                    "to its embeddings + in-batch KL + InfoNCE on the pairs) over the texts of 512 groups mined "
+                    "as the dense budget's are (mined again: *Checks* names where a pair's groups differ), "
+                    "unlabelled except their pairs: 2 ranks x 16 items, queries of at most 64 and passages of at "
+                    f"most 128 tokens, full parameters but the token embeddings, lr 2e-4, {SD_STEPS} steps (each "
+                    "row's seconds of training in *Checks*) (EffiR: LoRA, MS MARCO, a BGE-reranker teacher's "
+                    "scores)",
     "bench": "64 SciFact documents x 128 tokens, 128 queries, 2 threads, one run (+-0.1 between runs)",
 }
 

@@ -1,5 +1,6 @@
 """One rule for every RESULTS.md section that shows a benchmark's JSON: a missing file shows nothing (the
-benchmark has not run), a file of another shape is named and skipped, so one stale file never stops the render."""
+benchmark has not run), a file of another shape is named and skipped, so one stale file never stops the render;
+and what a grid row's JSON says of its training (seeds, mined groups), which several sections compare."""
 from __future__ import annotations
 
 import sys
@@ -50,3 +51,27 @@ POOLINGS = {"mean": "mean pooling", "last": "the last token", "cls": "the first 
 def pooling_words(enc: dict) -> str:
     """An encoder's pooling as the sections name it (``enc``: an EncoderConfig's pooling and append_eos)."""
     return POOLINGS[enc["pooling"]] + (" with EOS appended" if enc.get("append_eos") else "")
+
+
+def groups_of(doc: dict) -> str | None:
+    """The fingerprint of the mined groups a row trained on (older rows keep it bare, newer with its path)."""
+    g = (doc.get("inputs") or {}).get("train_groups")
+    return g.get("fingerprint") if isinstance(g, dict) else g
+
+
+def training_seeds(doc: dict) -> str:
+    """The training seed(s) of a row (a verdict needs two): kept with its training, or read from the training
+    stage's command in rows made before the seed was kept."""
+    import shlex
+    commands = {st.get("name"): st.get("command") for st in doc.get("stages") or []}
+    seeds = []
+    for name, run in (doc.get("training") or {}).items():
+        seed = run.get("seed")
+        if seed is None and commands.get(name):
+            argv = shlex.split(commands[name])
+            seed = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--seed"), None)
+        seed = "not kept" if seed is None else str(seed)
+        if seed not in seeds:
+            seeds.append(seed)
+    seeds += [str(x) for x in doc.get("other_seeds") or {}]
+    return ", ".join(seeds) if seeds else "–"
