@@ -36,7 +36,8 @@ COMMANDS = {
     "drop": Command("drop", "drop attention/MLP sub-layers or blocks and export the smaller model"),
     "sample": Command("sample", "GAPrune representative sampling: k-means over query embeddings"),
     "dai": Command("dai", "GAPrune per-sample Fisher, gradient alignment and DAI scores"),
-    "prune": Command("prune", "build a mask: dai|magnitude|fisher|random|wanda, unstructured or neurons"),
+    "prune": Command("prune", "build a mask: dai|magnitude|fisher_dom|fisher_gen|random|wanda, unstructured or "
+                              "neurons"),
     "export": Command("export", "apply a mask (zeros or removed neurons) and export the model"),
     "eval": Command("eval", "mteb retrieval, classification, STS (NAME or NAME=FOLDER), geometry"),
     "bench": Command("bench", "encoding speed-up vs a baseline, FLOP ratio, retrieval latency"),

@@ -2,7 +2,7 @@
 
 Prompts, EOS, padding side, pad token, truncation, pooling, the Dense head and normalisation live in
 ``EncoderConfig`` and nowhere else: training, scoring, pruning and evaluation all call ``Encoder.tokenize`` and
-``Encoder.pool``, so a model is never trained on one tokenisation and evaluated on another.
+``encoder.pool``, so a model is never trained on one tokenisation and evaluated on another.
 """
 from __future__ import annotations
 

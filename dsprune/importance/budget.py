@@ -1,7 +1,8 @@
 """From scores to a mask: keep exactly the top (1 − s) of the weights (or MLP neurons) in each budget group.
 
-Every method — DAI, random, magnitude, Fisher·|θ|, Wanda, gate values — goes through these functions, so
-methods differ only in their scores. Counts are exact: a group of N items prunes round(s·N) of them, ties at
+Every weight or neuron method — DAI, random, magnitude, Fisher·|θ|, Wanda — goes through these functions, so
+methods differ only in their scores (slimming gates rank through ``importance.slim.global_mask``, which breaks
+ties by z). Counts are exact: a group of N items prunes round(s·N) of them, ties at
 the threshold are broken by position (lowest flat index kept first), so the sparsity never drifts.
 
 Budget groups (``scope``): ``global`` (one ranking over all scored weights, as in GAPrune), ``layer`` (each

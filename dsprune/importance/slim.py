@@ -67,8 +67,9 @@ def check_ratio(ratio: float) -> float:
 def global_mask(values: dict[int, torch.Tensor], ratio: float, min_per_layer: int = 0) -> dict[int, torch.Tensor]:
     """layer -> bool[width] (True = kept): the lowest ``round(ratio·N)`` of ReLU(z) across all layers go.
 
-    ``values`` are the gates z (``methods`` "gates" gives ReLU(z)) or any importance; ties at ReLU(z) = 0
-    break by z (module doc), then by (layer, neuron), so the mask is deterministic. ``min_per_layer``
+    ``values`` are the gates z (``methods`` "gates" gives z: ranking z orders ReLU(z), its zeros by z) or any
+    importance; ties at ReLU(z) = 0 break by z (module doc), then by (layer, neuron), so the mask is
+    deterministic. ``min_per_layer``
     protects each layer's top-k gates from removal; without it a mask that would empty a layer is refused.
     """
     ratio = check_ratio(ratio)
