@@ -180,7 +180,7 @@ def test_collect_and_render(tmp_path, monkeypatch, tiny_dirs):
     assert set(kinds) == {"gate_proj", "up_proj", "down_proj"} and 0 < kinds["up_proj"]["negative_fraction"] < 1
     assert doc["tails"]["dai"]["balanced_scale"] == pytest.approx(1e6)
     assert "**Where β·F_gen outweighs F_dom** (β = 1.0, γ = 0.5)" in section
-    assert "on this trained embedder Eq. 5 orders the weights by γ√|θ|·(1 + α·s)" in section
+    assert "on this trained embedder Eq. 5 orders nearly all weights by γ√|θ|·(1 + α·s)" in section
     a = doc["alignment"]
     assert a["share_abs_s_over_half"] == pytest.approx(0.5, abs=0.02) and 0 < a["share_product_over_eps"] < 1
     assert (a["alignment"], a["eps"]) == ("eq4", 1e-8)
@@ -248,5 +248,6 @@ def test_two_seeds_of_the_retraining_render_a_verdict_per_mask(tmp_path, monkeyp
     assert "; seed 43: " in line and ("Verdict (2 seeds" in line or "No verdict" in line)
     assert not [x for x in section.splitlines() if x.startswith("- full: seed")]
     line = next(x for x in section.splitlines() if x.startswith("- DAI (paper) − random: one-shot "))
-    assert "; retrained, seed 42: " in line and "; seed 43: " in line and "Verdict (2 seeds" in line
+    assert "; retrained, seed 42: " in line and "; seed 43: " in line and "On the mean: Verdict (2 seeds" in line
+    assert " On financebench: " in line
 

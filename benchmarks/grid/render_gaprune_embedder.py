@@ -55,10 +55,15 @@ def against_lines(d: dict, runs: list[dict]) -> list[str]:
             retrained = [(seed, y) for seed, y in retrained if y and y.get("mean_delta")]
             if retrained:
                 line += "; retrained, " + "; ".join(f"seed {seed}: {pair_words(y)}" for seed, y in retrained) + "."
-                if seeds > 1:
-                    line += " " + verdict([y["mean_delta"] for _, y in retrained], len(retrained),
-                                          f"{LABEL.get(dai, dai)} keeps more after retraining",
-                                          f"{LABEL.get(base, base)} keeps more after retraining")
+                if seeds > 1:   # the mean and the domain GAPrune targets can disagree: a verdict for each
+                    names = LABEL.get(dai, dai), LABEL.get(base, base)
+                    line += " On the mean: " + verdict([y["mean_delta"] for _, y in retrained], len(retrained),
+                                                       f"{names[0]} keeps more after retraining",
+                                                       f"{names[1]} keeps more after retraining")
+                    doms = [y["tasks"].get(DOMAIN) for _, y in retrained]
+                    if all(doms):
+                        line += f" On {DOMAIN}: " + verdict(doms, len(doms), f"{names[0]} keeps more",
+                                                           f"{names[1]} keeps more")
             out.append(line + ("" if retrained else "."))
     return out
 
