@@ -215,7 +215,7 @@ def content_id(path: Path) -> str:
 
     from dsprune.eval.mteb_model import fingerprint
 
-    if path.is_dir() and any(path.glob("*.safetensors")) or path.suffix == ".gguf":
+    if (path.is_dir() and any(path.glob("*.safetensors"))) or path.suffix == ".gguf":
         return fingerprint(path)
     h = hashlib.sha1()
     for f in sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()):

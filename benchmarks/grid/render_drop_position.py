@@ -7,7 +7,6 @@ from pathlib import Path
 from dsprune.report import compare
 
 from .._common import REPO
-
 from .section import grid_dense_fingerprint, model_with_weights, model_words, section_result
 
 RESULTS_FILES = "drop_position*.json"     # one per model: SmolLM2 as it ships, the dense retriever, ...
