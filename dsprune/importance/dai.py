@@ -77,7 +77,8 @@ def _reference_alignment(g_gen, g_dom, f_gen, f_dom, eps, allreduce, shape):
     if s.numel() != shape[0] * shape[1]:
         raise DsPruneError("alignment 'reference' averages each weight with its neighbours in the matrix, so it "
                            "needs whole matrices, not ZeRO-3 shards: run `dsprune dai` in one process, or "
-                           "recompute from saved statistics (`dsprune prune --dai_recompute --dai_alignment reference`)")
+                           "recompute from saved statistics "
+                           "(`dsprune prune --dai_recompute --dai_alignment reference`)")
     kernel = torch.full((1, 1, 3, 3), 1.0 / 9, dtype=s.dtype)
     smooth = torch.nn.functional.conv2d(s.reshape(1, 1, *shape), kernel, padding=1)
     return smooth.reshape(g_gen.shape)
@@ -160,7 +161,8 @@ class DaiParams:
             try:
                 float(self.fisher_scale)
             except ValueError:
-                raise DsPruneError(f"--fisher_scale must be a number or 'balanced', not {self.fisher_scale!r}") from None
+                raise DsPruneError(f"--fisher_scale must be a number or 'balanced', "
+                                   f"not {self.fisher_scale!r}") from None
         return self
 
 
