@@ -243,6 +243,9 @@ def test_two_seeds_of_the_retraining_render_a_verdict_per_mask(tmp_path, monkeyp
     text = render.render(results, tmp_path / "RESULTS.md")
     section = text[text.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
     assert "the retraining ran with 2 seeds (*Seeds* below)" in section
+    assert "seed 42 and 43 in another run, which otherwise has the same settings" in section
+    assert "**Retrained on FinanceBench train** (GAPrune Table 2, seed 42)" in section
+    assert "**Retrained on FinanceBench train, seed 43** (the same one-shot masks;" in section
     assert "2 training seeds;" in section
     line = next(x for x in section.splitlines() if x.startswith("- random: seed 42: "))
     assert "; seed 43: " in line and ("Verdict (2 seeds" in line or "No verdict" in line)

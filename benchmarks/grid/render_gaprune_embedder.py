@@ -99,13 +99,19 @@ def fisher_lines(d: dict) -> list[str]:
     return out
 
 
-def retraining_line(r: dict | None) -> str:
-    """The retraining's settings as the collected stage stamp holds them; None before the retraining has run."""
+def retraining_line(r: dict | None, others: list[dict] = ()) -> str:
+    """The retraining's settings as the collected stage stamp holds them; None before the retraining has run.
+    ``others``: the other seeds' settings, said to match but for the seed, or where they do not."""
     if r is None:
         return "retraining: not run yet (`--part oneshot`)"
+    more = ""
+    for o in others:
+        differ = sorted(k for k in set(r) | set(o) if k not in ("seed", "command") and r.get(k) != o.get(k))
+        more += (f" and {o['seed']} in another run, " + (f"which also differs in {', '.join(differ)}" if differ
+                                                         else "which otherwise has the same settings"))
     return (f"retraining {r['max_steps']} LoRA steps (r={r['lora_r']}, α={r['lora_alpha']}, learning rate "
             f"{r['learning_rate']}) of {r['per_device_batch_size']} queries per rank × {r['ranks']} ranks, groups of "
-            f"{r['group_size']} passages, in {r.get('dtype') or 'float32'}, seed {r['seed']} (GAPrune: 100 steps); "
+            f"{r['group_size']} passages, in {r.get('dtype') or 'float32'}, seed {r['seed']}{more} (GAPrune: 100 steps); "
             "every retrained mask and the unpruned control alike")
 
 
@@ -169,7 +175,7 @@ def render_gaprune_embedder(results: Path) -> list[str]:
            f"`{d['command']}` ({d['code_version']}; via `.venv/bin/python benchmarks/gaprune_embedder.py`, "
            f"{minutes:.0f} min of stages on 2 CPU cores). Scaled: "
            f"{' / '.join(map(str, general)) or '?'} general triplets (GAPrune: 5,000); "
-           + retraining_line(d.get("retraining"))
+           + retraining_line(d.get("retraining"), [r["retraining"] for r in runs if r is not d])
            + ("" if "msmarco_trecdl_subset" in d["report"]["tasks"] else
               "; the MS MARCO subset, a general eval, is left out (the recipe's `tasks` param)")
            + ". SciFact train is in the general calibration set and shares judged documents with scifact_small, so "
@@ -192,8 +198,15 @@ def render_gaprune_embedder(results: Path) -> list[str]:
                    + ".")
     out += fisher_lines(d)
     out += ["", "**One-shot** (GAPrune Table 1)", "", compare.markdown(d["report"]),
-            "", "**Retrained on FinanceBench train** (GAPrune Table 2)", ""]
+            "", "**Retrained on FinanceBench train** (GAPrune Table 2"
+            + (f", seed {d['retraining']['seed']}" if seeds > 1 else "") + ")", ""]
     out.append(compare.markdown(d["retrained"]) if d["retrained"] is not None else
                "*pending*: the retraining stages have not run (`benchmarks/gaprune_embedder.py` without "
                "`--part oneshot` runs them and keeps both tables).")
+    for r in runs:
+        if r is not d:
+            seed = r["retraining"]["seed"]
+            out += ["", f"**Retrained on FinanceBench train, seed {seed}** (the same one-shot masks; "
+                        f"`.venv/bin/python benchmarks/gaprune_embedder.py --seed {seed}`, {r['code_version']})", "",
+                    compare.markdown(r["retrained"])]
     return out + alone_lines(runs) + seed_lines(runs) + against_lines(d, runs) + [""]
