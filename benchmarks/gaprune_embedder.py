@@ -168,6 +168,27 @@ def alignment_figures(out: Path, config: dict) -> dict:
             "share_product_over_eps": float((prod > config.get("eps", 1e-8)).double().mean())}
 
 
+LAST = 10      # steps averaged for a retraining's end loss: single steps swing with their batch
+
+
+def retrain_losses(out: Path) -> dict:
+    """stage -> the first loss and the mean of the last ``LAST``, per retraining stage: whether a mask's training
+    left the starting plateau, which a retrained row far below another seed's may come down to."""
+    import json
+
+    found = {}
+    for stage in sorted(out.glob("retrain-*")):
+        log = stage / "log.jsonl"
+        if not log.is_file():
+            continue
+        losses = [r["loss"] for r in map(json.loads, log.read_text().splitlines()) if "loss" in r]
+        if losses:
+            tail = losses[-LAST:]
+            found[stage.name.removeprefix("retrain-")] = {"steps": len(losses), "first": losses[0],
+                                                          "last_mean": sum(tail) / len(tail), "last_steps": len(tail)}
+    return found
+
+
 def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: str = NAME) -> Path:
     """``part`` oneshot keeps Table 1 with ``retrained`` None: the retraining stages need not have run."""
     model = params.get("model", "embeddinggemma-300m")
@@ -202,6 +223,7 @@ def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: 
     doc["dai_against"] = {"oneshot": dai_against(out, "eval-"),
                           "retrained": None if part == "oneshot" else dai_against(out, "eval-retrain-")}
     doc["retraining_alone"] = None if part == "oneshot" else retraining_alone(out)
+    doc["retrain_losses"] = None if part == "oneshot" else retrain_losses(out)
     doc["tails"] = fisher_tails(out, model, doc["dai"])
     doc["alignment"] = alignment_figures(out, doc["dai"]["dai"]["config"])
     return keep_results(doc, out, results, keep_as)

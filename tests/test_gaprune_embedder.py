@@ -130,6 +130,9 @@ def _fake_run(tmp_path, model):
             shutil.copy(tmp_path / report / n / formats.RESULTS, out / f"{prefix}{n}")
         entries = compare.load_entries([str(out / f"{prefix}{n}") for n in names], [], names)
         (out / report / "report.json").write_text(json.dumps(compare.compare(entries)))
+    for name, losses in (("full", [2.0] * 20 + [0.5] * 10), ("random", [2.8] * 30)):   # random never leaves it
+        (out / f"retrain-{name}" / "log.jsonl").write_text(
+            "\n".join(json.dumps({"step": i + 1, "loss": x}) for i, x in enumerate(losses)) + "\n")
     return out
 
 
@@ -146,6 +149,9 @@ def test_collect_and_render(tmp_path, monkeypatch, tiny_dirs):
     section = text[text.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
     assert "- `dai`: DAI as the paper writes it" in section and "6.25% of its keep/prune decisions differ" in section
     assert "**Retrained on FinanceBench train** (GAPrune Table 2)" in section
+    assert doc["retrain_losses"]["random"] == {"steps": 30, "first": 2.8, "last_mean": pytest.approx(2.8),
+                                               "last_steps": 10}
+    assert "the mean of the last 10 steps): seed 42: unpruned 2.00 → 0.50, random 2.80 → 2.80." in section
     assert "the retraining ran with one seed: no retrained row is called better or worse either" in section
     alone = doc["retraining_alone"]
     assert set(alone["tasks"]) == {"scifact_small", "financebench"} and "diff" in alone["mean_delta"]

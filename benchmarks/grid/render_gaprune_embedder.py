@@ -141,6 +141,21 @@ def alone_lines(runs: list[dict]) -> list[str]:
                 f"the retrained rows above are measured against the former): {each}."]
 
 
+def loss_lines(runs: list[dict]) -> list[str]:
+    """Each retraining's InfoNCE loss at its first step and over its last steps, per seed: a mask whose loss stays
+    where it started has not been recovered, whatever its seed's other rows did."""
+    found = [(r["retraining"]["seed"], r["retrain_losses"]) for r in runs if r.get("retrain_losses")]
+    if not found:
+        return []
+    last = next(iter(found[0][1].values()))["last_steps"]
+    each = "; ".join(f"seed {s}: " + ", ".join(
+        f"{'unpruned' if name == 'full' else LABEL.get(name, 'structured DAI' if name == 'neurons' else name)} "
+        f"{x['first']:.2f} → {x['last_mean']:.2f}"
+        for name, x in sorted(losses.items(), key=lambda kv: kv[0] != "full")) for s, losses in found)
+    return ["", f"**The retraining's loss** (InfoNCE at the first step → the mean of the last {last} steps): "
+                f"{each}."]
+
+
 def seed_lines(runs: list[dict]) -> list[str]:
     """Table 2 per mask over the retraining seeds: each retrained mask − the unpruned model retrained alike, paired
     per query, and the verdict the seeds allow."""
@@ -209,4 +224,4 @@ def render_gaprune_embedder(results: Path) -> list[str]:
             out += ["", f"**Retrained on FinanceBench train, seed {seed}** (the same one-shot masks; "
                         f"`.venv/bin/python benchmarks/gaprune_embedder.py --seed {seed}`, {r['code_version']})", "",
                     compare.markdown(r["retrained"])]
-    return out + alone_lines(runs) + seed_lines(runs) + against_lines(d, runs) + [""]
+    return out + alone_lines(runs) + loss_lines(runs) + seed_lines(runs) + against_lines(d, runs) + [""]
