@@ -174,14 +174,12 @@ LAST = 10      # steps averaged for a retraining's end loss: single steps swing 
 def retrain_losses(out: Path) -> dict:
     """stage -> the first loss and the mean of the last ``LAST``, per retraining stage: whether a mask's training
     left the starting plateau, which a retrained row far below another seed's may come down to."""
-    import json
-
     found = {}
     for stage in sorted(out.glob("retrain-*")):
         log = stage / "log.jsonl"
         if not log.is_file():
             continue
-        losses = [r["loss"] for r in map(json.loads, log.read_text().splitlines()) if "loss" in r]
+        losses = [r["loss"] for r in formats.read_jsonl(log) if "loss" in r]
         if losses:
             tail = losses[-LAST:]
             found[stage.name.removeprefix("retrain-")] = {"steps": len(losses), "first": losses[0],

@@ -450,9 +450,9 @@ def render_families(results: Path, md: Path) -> list[str]:
         changed = ", ".join(f"`{k}={v}`" for k, v in (d.get("params") or {}).items())
         out += [f"## A second model family: {d['title']}", "",
                 f"`{d['recipe']}`'s stages with only its params changed ({changed}): `.venv/bin/python "
-                f"benchmarks/family.py {d['family']}` runs `{d['command']}` ({d.get('code_version')}, {minutes:.0f} min of stages on 2 "
-                "CPU cores) and keeps the recipe's `report` stage. The reference is the unpruned model given the "
-                "same training budget (`train-full`); *as shipped* is the model before any retrieval training.", "",
+                f"benchmarks/family.py {d['family']}` runs `{d['command']}` ({d.get('code_version')}, "
+                f"{minutes:.0f} min of stages on 2 CPU cores) and keeps the recipe's `report` stage. The reference "
+                "is the unpruned model given the same training budget (`train-full`); *as shipped* is the model before any retrieval training.", "",
                 compare.markdown(d["report"]), ""]
         png = results / "families" / d.get("plot", "")
         if d.get("plot") and png.is_file():

@@ -136,8 +136,8 @@ def dai_modes_section(d: dict, docs: dict, heading: str | None, grid_dense: str 
                    f"{m['differs_from_magnitude']:.2%} | {kinds} | {m['what'].replace('|', chr(92) + '|')} |")
     out += [""] + tail_table(d["tails"], d["beta"], d["gamma"])
     by = {m["name"]: m["differs_from_magnitude"] for m in d["modes"]}
-    written = [m["fisher_term_over_magnitude_term"] for m in d["modes"]
-               if m.get("fisher_term_over_magnitude_term") is not None and m.get("fisher_scale_applied") in (None, 1.0)]
+    written = [r for m in d["modes"] if (r := m.get("fisher_term_over_magnitude_term")) is not None
+               and m.get("fisher_scale_applied") in (None, 1.0)]
     if written and max(written) < NEGLIGIBLE:
         out += ["", f"As written the Fisher term is below {NEGLIGIBLE:g} of γ√|θ| on average in every mode, and "
                 f"{tail_words(d['tails'])}, so it can move few weights: what separates an Eq. 5 mode's mask from "

@@ -25,7 +25,8 @@ def render_dense_runs(results: Path, grid_dense: dict | None = None) -> list[str
         delta = d["trained"]["tasks"][t]["delta"]
         word = "beats" if delta["low"] > 0 else "does not clearly beat"
         out += [f"- **{pooling_words(d['encoder'])}** (`{d['command']}`, {d['code_version']}): SmolLM2 trained with "
-                f"the script's defaults otherwise, as its command shows ({tr['steps']} LoRA steps, learning rate {d['learning_rate']}, "
+                f"the script's defaults otherwise, as its command shows ({tr['steps']} LoRA steps, learning rate "
+                f"{d['learning_rate']}, "
                 f"seed {d['seed']}); loss {tr['first_loss']:.3f} at the first step, {tr['final_loss']:.3f} at the "
                 f"last, {tr['train_seconds'] / 60:.0f} min of training. On {t} it scores "
                 f"{d['trained']['tasks'][t]['score']:.4f} against {d['untrained']['tasks'][t]['score']:.4f} for the "
@@ -36,6 +37,7 @@ def render_dense_runs(results: Path, grid_dense: dict | None = None) -> list[str
         score = (grid_dense.get("tasks") or {}).get("scifact_small", {}).get("ndcg_at_10")
         if score is not None and tr:
             out += [f"- For comparison, not paired: the grid's dense row (mean pooling, the same script in "
-                    f"another run whose command the row does not keep, model fingerprint {str(grid_dense.get('model_fingerprint'))[:8]}…) scores "
+                    f"another run whose command the row does not keep, model fingerprint "
+                    f"{str(grid_dense.get('model_fingerprint'))[:8]}…) scores "
                     f"{score:.4f} on scifact_small, its loss {tr['first_loss']:.3f} → {tr['final_loss']:.3f}."]
     return out + [""]

@@ -13,7 +13,7 @@ had task signal its rival did not.
 from __future__ import annotations
 
 from .rows import EFFIR_PAIRS, ROWS
-from .section import groups_of, training_seeds
+from .section import groups_of, training_seed_list
 
 
 def _stage(doc: dict, pred) -> dict | None:
@@ -47,8 +47,7 @@ def effir_start_lines(docs: dict) -> list[str]:
         same = [r for r, x in docs.items() if r != effir and r.startswith("t2-") and first_loss(x) is not None
                 and (x.get("structure") or {}).get("drop_mlp") == dropped and not x.get("mask")
                 and ((x.get("structure") or {}).get("drop_attn") or []) == (st.get("drop_attn") or [])
-                and groups_of(x) == groups_of(d) and training_seeds(x).split(", ")[0] ==
-                training_seeds(d).split(", ")[0]]
+                and groups_of(x) == groups_of(d) and training_seed_list(x)[:1] == training_seed_list(d)[:1]]
         parts = [f"{ROWS[effir].label} starts training at loss {first_loss(d):.3f}"]
         if same:
             parts.append(f"{ROWS[same[0]].label}, the same dropped MLPs without the mask, at "

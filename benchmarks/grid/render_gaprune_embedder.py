@@ -25,7 +25,8 @@ WHAT = {"dai": "DAI as the paper writes it: per-sample Fisher (Eq. 3), Eq. 4's a
                     "s is their sign, ±1 (one-shot only: not retrained)"}
 LABEL = {"dai": "DAI (paper)", "dai-ref": "DAI (authors' code)", "dai-balanced": "DAI (paper), Fisher balanced",
          "dai-sign": "DAI (paper), ε = 1e-30",
-         "magnitude": "magnitude", "fisher": "domain Fisher·|θ|", "wanda": "Wanda", "random": "random"}
+         "magnitude": "magnitude", "fisher": "domain Fisher·|θ|", "wanda": "Wanda", "random": "random",
+         "neurons": "structured DAI", "full": "unpruned"}
 DOMAIN = "financebench"
 FEW = 0.05              # below this share of weights with |s| > 0.5, the alignment factor is ~1 almost everywhere
 
@@ -111,7 +112,8 @@ def retraining_line(r: dict | None, others: list[dict] = ()) -> str:
                                                          else "which otherwise has the same settings"))
     return (f"retraining {r['max_steps']} LoRA steps (r={r['lora_r']}, α={r['lora_alpha']}, learning rate "
             f"{r['learning_rate']}) of {r['per_device_batch_size']} queries per rank × {r['ranks']} ranks, groups of "
-            f"{r['group_size']} passages, in {r.get('dtype') or 'float32'}, seed {r['seed']}{more} (GAPrune: 100 steps); "
+            f"{r['group_size']} passages, in {r.get('dtype') or 'float32'}, seed {r['seed']}{more} "
+            "(GAPrune: 100 steps); "
             "every retrained mask and the unpruned control alike")
 
 
@@ -149,8 +151,7 @@ def loss_lines(runs: list[dict]) -> list[str]:
         return []
     last = next(iter(found[0][1].values()))["last_steps"]
     each = "; ".join(f"seed {s}: " + ", ".join(
-        f"{'unpruned' if name == 'full' else LABEL.get(name, 'structured DAI' if name == 'neurons' else name)} "
-        f"{x['first']:.2f} → {x['last_mean']:.2f}"
+        f"{LABEL.get(name, name)} {x['first']:.2f} → {x['last_mean']:.2f}"
         for name, x in sorted(losses.items(), key=lambda kv: kv[0] != "full")) for s, losses in found)
     return ["", f"**The retraining's loss** (InfoNCE at the first step → the mean of the last {last} steps): "
                 f"{each}."]

@@ -59,9 +59,9 @@ def groups_of(doc: dict) -> str | None:
     return g.get("fingerprint") if isinstance(g, dict) else g
 
 
-def training_seeds(doc: dict) -> str:
-    """The training seed(s) of a row (a verdict needs two): kept with its training, or read from the training
-    stage's command in rows made before the seed was kept."""
+def training_seed_list(doc: dict) -> list[str]:
+    """The training seed(s) of a row (a verdict needs two), its own first: kept with its training, or read from
+    the training stage's command in rows made before the seed was kept."""
     import shlex
     commands = {st.get("name"): st.get("command") for st in doc.get("stages") or []}
     seeds = []
@@ -73,5 +73,9 @@ def training_seeds(doc: dict) -> str:
         seed = "not kept" if seed is None else str(seed)
         if seed not in seeds:
             seeds.append(seed)
-    seeds += [str(x) for x in doc.get("other_seeds") or {}]
-    return ", ".join(seeds) if seeds else "–"
+    return seeds + [str(x) for x in doc.get("other_seeds") or {}]
+
+
+def training_seeds(doc: dict) -> str:
+    """``training_seed_list`` as the tables' seed column shows it."""
+    return ", ".join(training_seed_list(doc)) or "–"
