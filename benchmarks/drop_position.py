@@ -51,6 +51,23 @@ def contrasts(labels: list[str], drop: int, protect: list[int]) -> list[tuple[st
     return [(labels[0], labels[1])] + [(f"Drop-{drop}M, first {k} protected", f"Drop-{drop}M") for k in protect]
 
 
+def grid_scores(model: str, results: Path, ap: argparse.ArgumentParser) -> str:
+    """The scores the grid's rows of ``model`` were dropped by, and only for the weights they dropped from: the
+    dense retriever's path may hold another training run, whose own scores pick other MLPs."""
+    from benchmarks.grid.section import grid_dense_fingerprint
+
+    scores = GRID_SCORES.get(model)
+    if scores is None:
+        ap.error(f"--scores: no grid scores for {model}; pass the model's scores.json (`dsprune score`)")
+    grid = grid_dense_fingerprint(results) if model != "smollm2" else None
+    mine = model_fingerprint(model) if grid else None
+    if grid and mine != grid:
+        ap.error(f"--scores: {scores} scored the grid's dense row (weights {grid[:12]}), but {model} holds "
+                 f"weights {mine[:12]}, another training run; score it (`dsprune score --model {model} "
+                 "--n_samples 256 --calib_max_length 128 --out out/score_dense`) and pass --scores")
+    return scores
+
+
 def measure(a, out: Path) -> dict:
     from dsprune.eval.bootstrap import paired_bootstrap
     from dsprune.report import compare
@@ -118,12 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if len(a.early) != len(a.late):
         ap.error("--early and --late must name as many MLPs each")
-    a.scores = a.scores or GRID_SCORES.get(a.model)
-    if a.scores is None:
-        ap.error(f"--scores: no grid scores for {a.model}; pass the model's scores.json (`dsprune score`)")
     if not Path(a.model).exists() and a.model != "smollm2":
         raise SystemExit(f"{a.model} not found: make the dense retriever (benchmarks/train_dense.py) or pass "
                          f"--model smollm2 (the base model)")
+    a.scores = a.scores or grid_scores(a.model, Path(a.results), ap)
     out = Path(a.out or REPO / "out" / NAME / Path(a.model).name).resolve()
     out.mkdir(parents=True, exist_ok=True)
     doc = {"title": "Which MLPs a drop takes: position against importance, no training",

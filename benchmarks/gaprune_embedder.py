@@ -17,7 +17,11 @@ from magnitude's, the stage times and the command as
 ``benchmarks/results/gaprune_embedder.json``, and re-renders RESULTS.md. ``--seed 43`` retrains every mask and
 the control with a second training seed in ``out/recipes/gaprune-embedder-seed43`` (the one-shot stages, which
 read no seed, hard-linked from the first run) and keeps ``gaprune_embedder_seed43.json``: a Table 2 verdict
-needs both seeds.
+needs both seeds. ``--calibration 1`` draws the calibration triplets again (seed 1 of the sample, dai and
+dai-ref stages) into ``out/recipes/gaprune-embedder-calib1`` and keeps Table 1 of that draw as
+``gaprune_embedder_calib1.json``: the masks that read no triplets (magnitude, Wanda, random) and the unpruned
+model's evaluation are the first run's stages, and a one-shot verdict needs both draws. ``--only STAGE ...`` runs
+those stages and collects nothing, to split a long run over sittings.
 """
 from __future__ import annotations
 
@@ -39,6 +43,8 @@ DAI_RUNS = ("dai", "dai-ref")
 # GAPrune's claim is DAI against these: each DAI mask is compared with each, paired per query
 DAI_MASKS = ("dai", "dai-ref", "dai-balanced", "dai-sign")
 BASELINES = ("magnitude", "fisher", "wanda", "random")
+# the stages that draw calibration triplets; their seed picks the draw
+CALIBRATION = ("sample", "dai", "dai-ref")
 DAI_FIGURES = ("n_general", "n_domain", "loss_general", "loss_domain", "mean_abs_fisher_term_over_magnitude_term")
 
 
@@ -62,21 +68,40 @@ def default_seed() -> int:
     return int(doc["params"]["seed"])
 
 
-def run_of(seed: int) -> tuple[Path, str]:
-    """Where the run with retraining ``seed`` lives and the name its results keep."""
+def run_of(seed: int, draw: int = 0) -> tuple[Path, str]:
+    """Where the run with retraining ``seed`` or calibration ``draw`` lives and the name its results keep."""
+    if draw:
+        return OUT.with_name(f"{OUT.name}-calib{draw}"), f"{NAME}_calib{draw}"
     return ((OUT, NAME) if seed == default_seed() else
             (OUT.with_name(f"{OUT.name}-seed{seed}"), f"{NAME}_seed{seed}"))
 
 
-def command(params: dict, part: str = "all", out: Path = OUT) -> list[str]:
-    cmd = recipe_command(RECIPE, out, params)
+def calibration_sets(draw: int) -> dict:
+    """``--set`` values for calibration ``draw``: the seed of every stage that draws triplets (k-means seeding,
+    random negatives). Draw 0 is the recipe's own (their default seed), so it sets nothing."""
+    return {f"{name}.seed": draw for name in CALIBRATION} if draw else {}
+
+
+def reads_calibration() -> set[str]:
+    """The stages whose output depends on the calibration draw: the drawing stages and every stage reading one."""
+    from dsprune.recipe import downstream, load_recipe
+
+    return downstream(load_recipe(RECIPE)[1], set(CALIBRATION))
+
+
+def command(params: dict, part: str = "all", out: Path = OUT, draw: int = 0) -> list[str]:
+    cmd = recipe_command(RECIPE, out, params, calibration_sets(draw))
     return cmd + ["--only", *oneshot_stages()] if part == "oneshot" else cmd
 
 
-def share_oneshot(out: Path) -> None:
-    """Another seed's run reuses the first run's finished one-shot stages: they read no training seed."""
+def share_oneshot(out: Path, draw: int = 0) -> None:
+    """Another seed's run reuses the first run's finished one-shot stages: they read no training seed. Another
+    calibration draw reuses only those that read no calibration triplets (magnitude, Wanda, random, the unpruned
+    model)."""
+    drawn = reads_calibration() if draw else set()
     for name in oneshot_stages():
-        link_finished_stage(OUT / name, out / name)
+        if name not in drawn:
+            link_finished_stage(OUT / name, out / name)
 
 
 def share_unpruned_eval(out: Path) -> None:
@@ -187,14 +212,18 @@ def retrain_losses(out: Path) -> dict:
     return found
 
 
-def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: str = NAME) -> Path:
-    """``part`` oneshot keeps Table 1 with ``retrained`` None: the retraining stages need not have run."""
+def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: str = NAME, draw: int = 0) -> Path:
+    """``part`` oneshot keeps Table 1 with ``retrained`` None: the retraining stages need not have run. ``draw``:
+    the calibration draw the run's masks came from."""
     model = params.get("model", "embeddinggemma-300m")
     doc = {"title": f"GAPrune Tables 1 and 2 on a trained embedder ({model}): 50 % of the MLP weights, one-shot "
                     "and retrained on FinanceBench train",
-           **collect_recipe(RECIPE, params, out, command(params, part, out), "benchmarks/gaprune_embedder.py",
+           **collect_recipe(RECIPE, params, out, command(params, part, out, draw), "benchmarks/gaprune_embedder.py",
                             report="report-oneshot", only=oneshot_stages() if part == "oneshot" else None)}
     doc["part"] = part
+    doc["calibration"] = draw
+    if draw:
+        doc["calibration_stages"] = sorted(reads_calibration() & set(oneshot_stages()))
     doc["retrained"] = (None if part == "oneshot" else
                         formats.read_json(out / "report-retrain" / "report.json", "retraining report"))
     doc["retraining"] = None
@@ -229,30 +258,51 @@ def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: 
 
 def main(argv: list[str] | None = None) -> int:
     ap = recipe_parser(__doc__, "model, sparsity, tasks")
-    ap.add_argument("--part", choices=("all", "oneshot"), default="all",
-                    help="oneshot: only Table 1's stages (no retraining), kept with the retrained table pending")
+    ap.add_argument("--part", choices=("all", "oneshot"), default=None,
+                    help="oneshot: only Table 1's stages (no retraining), kept with the retrained table pending "
+                         "(default: all; oneshot with --calibration)")
     first = default_seed()
     ap.add_argument("--seed", type=int, default=first,
                     help=f"the retraining's seed; another than {first} runs beside the first run, sharing its "
                          "one-shot stages")
+    ap.add_argument("--calibration", type=int, default=0, metavar="N",
+                    help="another draw of the calibration triplets (seed N of the sample, dai and dai-ref stages; "
+                         "0 is the recipe's): Table 1 only, beside the first run, sharing its stages that read no "
+                         "calibration")
+    ap.add_argument("--only", nargs="+", default=None, metavar="STAGE",
+                    help="run only these stages now and collect nothing: a long run in pieces (finished stages "
+                         "are reused by the next run)")
     a = ap.parse_args(argv)
     params = dict(p.split("=", 1) for p in a.param)
     if "seed" in params:
         ap.error("the retraining's seed is --seed, which also names the run's folder and results")
     another = a.seed != first
-    if another and a.part == "oneshot":
+    if a.calibration < 0:
+        ap.error("--calibration: a draw is a seed, 0 or more")
+    if a.calibration and (another or a.part == "all"):
+        ap.error("--calibration draws the one-shot masks again: Table 1 only, with no --seed or --part all")
+    part = a.part or ("oneshot" if a.calibration else "all")
+    if another and part == "oneshot":
         ap.error("--part oneshot reads no training seed: the one-shot table is the first run's")
-    out, name = run_of(a.seed)
+    if a.only and a.collect:
+        ap.error("--only runs stages and collects nothing; --collect collects and runs nothing")
+    out, name = run_of(a.seed, a.calibration)
     if another:
         params["seed"] = str(a.seed)
     if not a.collect:
-        if another:
-            share_oneshot(out)
+        if another or a.calibration:
+            share_oneshot(out, a.calibration)
         share_unpruned_eval(out)
-        run_recipe_command(command(params, a.part, out), out,
-                           "the retraining only; " if another else
-                           "about 6 h on 2 CPU cores; " if a.part == "all" else "Table 1 only; ")
-    dest = collect(params, out, Path(a.results), a.part, name)
+        cmd = command(params, part, out, a.calibration)
+        if a.only:
+            cmd = cmd[:cmd.index("--only")] if "--only" in cmd else cmd
+            cmd += ["--only", *a.only]
+        run_recipe_command(cmd, out, "the retraining only; " if another else
+                           "some stages; " if a.only else
+                           "about 6 h on 2 CPU cores; " if part == "all" else "Table 1 only; ")
+        if a.only:
+            return 0
+    dest = collect(params, out, Path(a.results), part, name, a.calibration)
     doc = formats.read_json(dest, "results")
     print(compare.markdown(doc["report"]))
     if doc["retrained"] is not None:

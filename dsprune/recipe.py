@@ -42,6 +42,20 @@ STAMP = "stage.json"
 _REF = re.compile(r"\$\{([A-Za-z0-9_\-]+)\}")
 
 
+def reads(args: dict) -> list[str]:
+    """The names a stage's arguments refer to as ``${name}``: earlier stages, ``out``, ``shared``, ``repo``."""
+    return _REF.findall(json.dumps(args))
+
+
+def downstream(stages: list["Stage"], roots: set[str]) -> set[str]:
+    """``roots`` and every stage that reads one of them, directly or through another: what changes when they do."""
+    out = set(roots)
+    for s in stages:            # in order, so a stage's readers come after it
+        if out & set(reads(s.args)):
+            out.add(s.name)
+    return out
+
+
 @dataclass
 class Stage:
     name: str
@@ -84,7 +98,7 @@ def load_recipe(path: str | Path | dict, overrides: dict | None = None,
         if unknown:
             raise DsPruneError(f"{path}: stage {s['name']!r}: unknown option(s) {', '.join(unknown)}")
         check_methods(s.get("command"), args, f"{path}: stage {s['name']!r}")
-        for ref in _REF.findall(json.dumps(args)):
+        for ref in reads(args):
             if ref not in names and ref not in ("out", "shared", "repo"):
                 raise DsPruneError(f"{path}: stage {s['name']!r} refers to ${{{ref}}}, not an earlier stage")
         names.add(s["name"])
@@ -255,7 +269,7 @@ def run_recipe(path: str | Path | dict, out: str | None = None, only: list[str] 
     report: dict[str, dict] = {}
     for stage in stages:
         args = _resolve(stage.args, folders)
-        refs = _REF.findall(json.dumps(stage.args))
+        refs = reads(stage.args)
         fp = fingerprint(stage, _resolve(stage.args, places), sorted(prints[r] for r in refs if r in prints))
         # what stamps written before the fingerprint left the run's folders out hold; upgraded on reuse
         legacy = fingerprint(stage, args, sorted(legacy_prints[r] for r in refs if r in legacy_prints))

@@ -92,3 +92,20 @@ def test_a_stage_runs_again_when_its_input_changes_at_the_same_path(tiny_dirs, t
     scores.write_text(scores.read_text().replace("0.01", "0.5"))
     stage("drop", argv, tmp_path / "out", log)
     assert log[3]["reused"] is False
+
+
+def test_the_grid_scores_serve_only_the_grid_weights(tiny_dirs, tmp_path, monkeypatch, capsys):
+    import pytest
+
+    committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(committed / "dense.json", results / "dense.json")
+    model = str(tiny_dirs["llama"])
+    monkeypatch.setitem(drop_position.GRID_SCORES, model, str(committed / "drop_order" / "dense-score.json"))
+    with pytest.raises(SystemExit):
+        drop_position.main(["--model", model, "--results", str(results), "--out", str(tmp_path / "out"),
+                            "--no_render"])
+    err = capsys.readouterr().err
+    assert "scored the grid's dense row" in err and "another training run" in err and "dsprune score" in err
+    assert not (tmp_path / "out").exists() and list(results.iterdir()) == [results / "dense.json"]

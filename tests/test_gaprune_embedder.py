@@ -235,6 +235,41 @@ def test_seed_options_that_cannot_be_honoured_are_refused(capsys):
     assert "is --seed" in capsys.readouterr().err
 
 
+def test_a_calibration_draw_reseeds_the_triplets_and_redoes_only_what_reads_them(tmp_path, monkeypatch):
+    """Draw N sets the seed of every stage drawing triplets; magnitude, Wanda, random and the unpruned model read no
+    triplets, so another draw shares them with the first run."""
+    from dsprune.recipe import load_recipe, parse_sets
+
+    assert ge.calibration_sets(0) == {}
+    cmd = ge.command({}, "oneshot", draw=2)
+    sets = cmd[cmd.index("--set") + 1:cmd.index("--out")]
+    assert sets == ["sample.seed=2", "dai.seed=2", "dai-ref.seed=2"]
+    _, stages = load_recipe(ge.RECIPE, parse_sets(sets))
+    first = _stages()
+    assert {s.name for s in stages if s.args != first[s.name].args} == set(ge.CALIBRATION)
+    drawn = ge.reads_calibration()
+    assert {"prune-dai", "eval-dai", "prune-fisher", "eval-neurons", "bench-neurons", "report-oneshot"} <= drawn
+    assert not {"prune-magnitude", "eval-magnitude", "prune-wanda", "eval-random", "eval-full"} & drawn
+    assert ge.run_of(42, 2) == (ge.OUT.with_name("gaprune-embedder-calib2"), "gaprune_embedder_calib2")
+    # the first run's finished stages that read no triplets are linked in; the others are left to run
+    monkeypatch.setattr(ge, "OUT", tmp_path / "first")
+    for name in ("eval-magnitude", "eval-dai"):
+        (ge.OUT / name).mkdir(parents=True)
+        (ge.OUT / name / "stage.json").write_text("{}")
+    ge.share_oneshot(tmp_path / "draw", 2)
+    assert sorted(p.name for p in (tmp_path / "draw").iterdir()) == ["eval-magnitude"]
+
+
+def test_calibration_options_that_cannot_be_honoured_are_refused(capsys):
+    for argv, words in ((["--calibration", "1", "--seed", "43"], "Table 1 only"),
+                        (["--calibration", "1", "--part", "all"], "Table 1 only"),
+                        (["--calibration", "-1"], "0 or more"),
+                        (["--only", "sample", "--collect"], "collects nothing")):
+        with pytest.raises(SystemExit):
+            ge.main(argv)
+        assert words in capsys.readouterr().err, argv
+
+
 def test_two_seeds_of_the_retraining_render_a_verdict_per_mask(tmp_path, monkeypatch, tiny_dirs):
     monkeypatch.setattr(ge, "OUT", tmp_path / "out")
     model = tiny_dirs["llama"]
@@ -260,3 +295,29 @@ def test_two_seeds_of_the_retraining_render_a_verdict_per_mask(tmp_path, monkeyp
     assert "; retrained, seed 42: " in line and "; seed 43: " in line and "On the mean: Verdict (2 seeds" in line
     assert " On financebench: " in line
 
+
+
+def test_two_calibration_draws_render_a_one_shot_verdict(tmp_path, monkeypatch, tiny_dirs):
+    monkeypatch.setattr(ge, "OUT", tmp_path / "out")
+    model = tiny_dirs["llama"]
+    out, results = _fake_run(tmp_path, model), tmp_path / "results"
+    for folder in out.iterdir():
+        if "retrain" in folder.name:
+            shutil.rmtree(folder)
+    ge.collect({"model": str(model)}, out, results, "oneshot")
+    draw = ge.collect({"model": str(model)}, out, results, "oneshot", "gaprune_embedder_calib1", 1)
+    doc = json.loads(draw.read_text())
+    assert doc["calibration"] == 1 and "eval-dai" in doc["calibration_stages"]
+    assert "eval-magnitude" not in doc["calibration_stages"] and "sample.seed=1" in doc["command"]
+    section = render.render(results, tmp_path / "RESULTS.md")
+    section = section[section.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
+    assert "were drawn from 2 calibration samples" in section and "no one-shot row is called" not in section
+    assert "**One-shot** (GAPrune Table 1, calibration draw 0)" in section
+    assert "**One-shot, calibration draw 1** (the triplets drawn again with seed 1;" in section
+    assert "one-shot, a verdict where the 2 calibration draws agree; retrained, where two training seeds agree: " \
+           "none here)" in section
+    # the fake evaluations put DAI 0.10 above magnitude, the same in both draws
+    line = next(x for x in section.splitlines() if x.startswith("- DAI (paper) − magnitude: one-shot, "))
+    assert "calibration draw 0: mean " in line and "; calibration draw 1: mean " in line
+    assert "One-shot on the mean: Verdict (2 calibration draws, every interval above 0): DAI (paper) keeps more." \
+        in line and "One-shot on financebench: " in line and line.endswith(".")

@@ -28,6 +28,7 @@ LABEL = {"dai": "DAI (paper)", "dai-ref": "DAI (authors' code)", "dai-balanced":
          "magnitude": "magnitude", "fisher": "domain Fisher·|θ|", "wanda": "Wanda", "random": "random",
          "neurons": "structured DAI", "full": "unpruned"}
 DOMAIN = "financebench"
+DRAWS = ("calibration draw", "calibration draws")
 FEW = 0.05              # below this share of weights with |s| > 0.5, the alignment factor is ~1 almost everywhere
 
 
@@ -38,26 +39,43 @@ def pair_words(x: dict) -> str:
         (f", {DOMAIN} {compare.interval(dom)}" if dom else "")
 
 
-def against_lines(d: dict, runs: list[dict]) -> list[str]:
-    """GAPrune's comparison itself: each DAI mask − each baseline, paired per query, one-shot and per retraining
-    seed (a verdict only where two seeds agree)."""
+def against_lines(d: dict, runs: list[dict], draws: list[dict] = ()) -> list[str]:
+    """GAPrune's comparison itself: each DAI mask − each baseline, paired per query, one-shot per calibration draw
+    and retrained per seed (a verdict only where two draws, or two seeds, agree)."""
     oneshot = (d.get("dai_against") or {}).get("oneshot") or {}
     if not oneshot:
         return []
     seeds = seed_count(runs)
+    many = len(draws) > 1
     out = ["", "**DAI against the baselines** (each DAI mask − each baseline mask, paired per query: the mean over "
-               f"the tasks, and {DOMAIN}, the domain; a verdict only after retraining, where two training seeds "
-               "agree" + ("" if seeds > 1 else ": none here") + ")", ""]
+               f"the tasks, and {DOMAIN}, the domain; "
+               + (f"one-shot, a verdict where the {len(draws)} calibration draws agree; retrained, where two "
+                  "training seeds agree" + ("" if seeds > 1 else ": none here") if many else
+                  "a verdict only after retraining, where two training seeds agree"
+                  + ("" if seeds > 1 else ": none here")) + ")", ""]
     for dai, bases in oneshot.items():
         for base, x in bases.items():
-            line = f"- {LABEL.get(dai, dai)} − {LABEL.get(base, base)}: one-shot {pair_words(x)}"
+            names = LABEL.get(dai, dai), LABEL.get(base, base)
+            line = f"- {names[0]} − {names[1]}: one-shot {pair_words(x)}"
+            shots = [(r.get("calibration", 0), ((r.get("dai_against") or {}).get("oneshot") or {})
+                      .get(dai, {}).get(base)) for r in draws]
+            shots = [(n, y) for n, y in shots if y and y.get("mean_delta")]
+            if len(shots) > 1:
+                line = (f"- {names[0]} − {names[1]}: one-shot, " + "; ".join(
+                    f"calibration draw {n}: {pair_words(y)}" for n, y in shots) + ". One-shot on the mean: "
+                    + verdict([y["mean_delta"] for _, y in shots], len(shots), f"{names[0]} keeps more",
+                              f"{names[1]} keeps more", DRAWS))
+                doms = [y["tasks"].get(DOMAIN) for _, y in shots]
+                if all(doms):
+                    line += f" One-shot on {DOMAIN}: " + verdict(doms, len(doms), f"{names[0]} keeps more",
+                                                                  f"{names[1]} keeps more", DRAWS)
             retrained = [(r["retraining"]["seed"], ((r.get("dai_against") or {}).get("retrained") or {})
                           .get(dai, {}).get(base)) for r in runs]
             retrained = [(seed, y) for seed, y in retrained if y and y.get("mean_delta")]
             if retrained:
-                line += "; retrained, " + "; ".join(f"seed {seed}: {pair_words(y)}" for seed, y in retrained) + "."
+                line += (" Retrained, " if len(shots) > 1 else "; retrained, ") + "; ".join(
+                    f"seed {seed}: {pair_words(y)}" for seed, y in retrained) + "."
                 if seeds > 1:   # the mean and the domain GAPrune targets can disagree: a verdict for each
-                    names = LABEL.get(dai, dai), LABEL.get(base, base)
                     line += " On the mean: " + verdict([y["mean_delta"] for _, y in retrained], len(retrained),
                                                        f"{names[0]} keeps more after retraining",
                                                        f"{names[1]} keeps more after retraining")
@@ -65,7 +83,7 @@ def against_lines(d: dict, runs: list[dict]) -> list[str]:
                     if all(doms):
                         line += f" On {DOMAIN}: " + verdict(doms, len(doms), f"{names[0]} keeps more",
                                                            f"{names[1]} keeps more")
-            out.append(line + ("" if retrained else "."))
+            out.append(line + ("" if retrained or len(shots) > 1 else "."))
     return out
 
 
@@ -131,6 +149,25 @@ def retrained_runs(d: dict, results: Path) -> list[dict]:
     return sorted(runs, key=lambda r: r["retraining"]["seed"])
 
 
+def calibration_runs(d: dict, results: Path) -> list[dict]:
+    """The run ``d`` and every other calibration draw's one-shot run (``gaprune_embedder_calib*.json``), in draw
+    order: ``d``'s draw is the recipe's own, 0."""
+    others = [section_result(p, KEYS | {"calibration"}, "benchmarks/gaprune_embedder.py --calibration")
+              for p in sorted(results.glob("gaprune_embedder_calib*.json"))]
+    return sorted((r for r in (d, *others) if r), key=lambda r: r.get("calibration") or 0)
+
+
+def draw_tables(draws: list[dict]) -> list[str]:
+    """Table 1 of every calibration draw after the first, with the stages it ran anew."""
+    out = []
+    for r in draws[1:]:
+        anew = ", ".join(f"`{n}`" for n in r.get("calibration_stages") or [])
+        out += ["", f"**One-shot, calibration draw {r['calibration']}** (the triplets drawn again with seed "
+                    f"{r['calibration']}; `{r['command']}`, {r['code_version']}; run anew: {anew or '?'}; the other "
+                    "rows are the first draw's stages, which read no triplets)", "", compare.markdown(r["report"])]
+    return out
+
+
 def alone_lines(runs: list[dict]) -> list[str]:
     """What retraining does to the unpruned model by itself, per seed: the control of Table 2 is not the unpruned
     model of Table 1."""
@@ -184,6 +221,7 @@ def render_gaprune_embedder(results: Path) -> list[str]:
     if d is None:
         return []
     runs = retrained_runs(d, results)
+    draws = calibration_runs(d, results)
     seeds = seed_count(runs)
     minutes = sum(s.get("seconds") or 0 for s in d["stages"]) / 60
     general = sorted({x.get("n_general") for x in d["dai"].values()} - {None})
@@ -195,8 +233,11 @@ def render_gaprune_embedder(results: Path) -> list[str]:
            + ("" if "msmarco_trecdl_subset" in d["report"]["tasks"] else
               "; the MS MARCO subset, a general eval, is left out (the recipe's `tasks` param)")
            + ". SciFact train is in the general calibration set and shares judged documents with scifact_small, so "
-           "scifact_small is an in-domain check here. One-shot masks have no training seed: no one-shot row is "
-           "called better or worse than another; "
+           "scifact_small is an in-domain check here. "
+           + (f"One-shot masks have no training seed; the masks that read calibration triplets were drawn from "
+              f"{len(draws)} calibration samples (*DAI against the baselines* gives a one-shot verdict where they "
+              "agree); " if len(draws) > 1 else
+              "One-shot masks have no training seed: no one-shot row is called better or worse than another; ")
            + (f"the retraining ran with {seeds} seeds (*Seeds* below)." if seeds > 1 else
               "the retraining ran with one seed: no retrained row is called better or worse either." if seeds else
               "the retraining has not run."), "",
@@ -213,8 +254,9 @@ def render_gaprune_embedder(results: Path) -> list[str]:
                    "triplets" + (f"; mean |Fisher term| / mean γ√|θ| = {ratio:.3g}" if ratio is not None else "")
                    + ".")
     out += fisher_lines(d)
-    out += ["", "**One-shot** (GAPrune Table 1)", "", compare.markdown(d["report"]),
-            "", "**Retrained on FinanceBench train** (GAPrune Table 2"
+    out += ["", "**One-shot** (GAPrune Table 1" + (", calibration draw 0" if len(draws) > 1 else "") + ")", "",
+            compare.markdown(d["report"])] + draw_tables(draws)
+    out += ["", "**Retrained on FinanceBench train** (GAPrune Table 2"
             + (f", seed {d['retraining']['seed']}" if seeds > 1 else "") + ")", ""]
     out.append(compare.markdown(d["retrained"]) if d["retrained"] is not None else
                "*pending*: the retraining stages have not run (`benchmarks/gaprune_embedder.py` without "
@@ -225,4 +267,4 @@ def render_gaprune_embedder(results: Path) -> list[str]:
             out += ["", f"**Retrained on FinanceBench train, seed {seed}** (the same one-shot masks; "
                         f"`.venv/bin/python benchmarks/gaprune_embedder.py --seed {seed}`, {r['code_version']})", "",
                     compare.markdown(r["retrained"])]
-    return out + alone_lines(runs) + loss_lines(runs) + seed_lines(runs) + against_lines(d, runs) + [""]
+    return out + alone_lines(runs) + loss_lines(runs) + seed_lines(runs) + against_lines(d, runs, draws) + [""]

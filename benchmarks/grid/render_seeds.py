@@ -104,16 +104,18 @@ def comparison_lines(main: dict, variants: list[dict]) -> list[str]:
              "same side of 0."] + out) if out else []
 
 
-def verdict(deltas: list[dict], seeds: int, above: str, below: str) -> str:
-    """The words for intervals of ``seeds`` training seeds: ``above`` when all exclude 0 above, ``below`` when
-    all exclude it below."""
+def verdict(deltas: list[dict], seeds: int, above: str, below: str,
+            unit: tuple[str, str] = ("training seed", "seeds")) -> str:
+    """The words for intervals of ``seeds`` training seeds (or other repeats, ``unit``: singular and plural):
+    ``above`` when all exclude 0 above, ``below`` when all exclude it below."""
+    one, many = unit
     if seeds < 2:
-        return "One training seed: not a verdict."
+        return f"One {one}: not a verdict."
     if all(d["low"] > 0 for d in deltas):
-        return f"Verdict ({seeds} seeds, every interval above 0): {above}."
+        return f"Verdict ({seeds} {many}, every interval above 0): {above}."
     if all(d["high"] < 0 for d in deltas):
-        return f"Verdict ({seeds} seeds, every interval below 0): {below}."
-    return f"No verdict: the {seeds} seeds' intervals do not all exclude 0 on the same side."
+        return f"Verdict ({seeds} {many}, every interval below 0): {below}."
+    return f"No verdict: the {seeds} {many}' intervals do not all exclude 0 on the same side."
 
 
 def target_caveats(entries: list[SeedRow], speed: float) -> list[str]:

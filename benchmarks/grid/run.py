@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dsprune import formats
 from dsprune.errors import DsPruneError
-from dsprune.recipe import _REF
+from dsprune.recipe import _REF, reads
 from dsprune.recipe import _argv as recipe_argv
 from dsprune.recipe import run_recipe
 
@@ -40,7 +40,7 @@ def reseed(stages: list[dict], seed: int | None) -> tuple[list[dict], dict[str, 
         return stages, {}
     renamed: dict[str, str] = {}
     for s in stages:            # in run order: a stage comes after every stage it reads
-        if s.get("launcher") == "train" or set(_REF.findall(json.dumps(s["args"]))) & set(renamed):
+        if s.get("launcher") == "train" or set(reads(s["args"])) & set(renamed):
             renamed[s["name"]] = f"{s['name']}-seed{seed}"
     out = []
     for s in stages:
