@@ -334,7 +334,7 @@ def render(results: Path, md: Path) -> str:
                                   "dense", rows, "Only with `--headline-scifact`."), docs, [HEADLINE_TASK], results, md)
     out += render_checks(docs, tasks, results)
     out += render_drop_order(results, md)
-    out += render_drop_position(results)
+    out += render_drop_position(results, docs)
     if plot_front(docs, tasks, results, png):
         out += ["## Quality vs speed", "", f"![quality vs speed]({os.path.relpath(png, md.parent)})", "",
                 "Mean nDCG@10 against the measured document-encoding speed-up; bars: the paired interval of "

@@ -12,13 +12,18 @@ from .section import grid_dense_fingerprint, model_with_weights, model_words, se
 RESULTS_FILES = "drop_position*.json"     # one per model: SmolLM2 as it ships, the dense retriever, ...
 
 
-def render_drop_position(results: Path) -> list[str]:
-    """The first model's section under the title, every other model's below it as a subsection."""
+def render_drop_position(results: Path, rows: dict[str, dict] | None = None) -> list[str]:
+    """The first model's section under the title, every other model's below it as a subsection. ``rows``: the
+    grid's rows as ``render.load_results`` reads them from ``results`` (read here when not given)."""
+    if rows is None:
+        from .render import load_results    # here, not at the top: render imports this module
+
+        rows = load_results(results)
     docs = [d for p in sorted(results.glob(RESULTS_FILES))
             if (d := section_result(p, {"title", "command", "report", "model", "variants", "contrasts"},
                                     "benchmarks/drop_position.py"))]
     grid_dense = grid_dense_fingerprint(results)
-    grid = grid_drops(results)
+    grid = grid_drops(rows)
     out = []
     for i, d in enumerate(docs):
         out += drop_position_section(d, heading=None if i == 0 else f"### The same on {model_words(d)}",
@@ -27,15 +32,12 @@ def render_drop_position(results: Path) -> list[str]:
     return out
 
 
-def grid_drops(results: Path) -> dict[tuple, list[tuple[str, str, float]]]:
+def grid_drops(rows: dict[str, dict]) -> dict[tuple, list[tuple[str, str, float]]]:
     """Untrained grid rows by the MLPs they drop: (row, task, score), to tell a reused stage's model by its
     scores."""
-    import json
-
     out: dict[tuple, list] = {}
-    for p in sorted(results.glob("*.json")):
-        d = json.loads(p.read_text())
-        st = d.get("structure") if isinstance(d, dict) and d.get("row") and not d.get("training") else None
+    for d in rows.values():
+        st = d.get("structure") if not d.get("training") else None
         if st and st.get("drop_mlp") and not st.get("drop_attn"):
             out.setdefault(tuple(st["drop_mlp"]), []).extend(
                 (d["row"], t, v["ndcg_at_10"]) for t, v in d.get("tasks", {}).items() if "ndcg_at_10" in v)
