@@ -86,8 +86,9 @@ def test_dai_runs_are_the_papers_reading_and_the_authors_code():
     assert sign["scores"] == "${dai}" and (sign["dai_alignment"], sign["dai_eps"]) == ("eq4", 1e-30)
 
 
-def _fake_run(tmp_path, model):
-    """Every stage stamped, masks, DAI statistics of ``model``'s MLP weights and an evaluation per mask."""
+def _fake_run(tmp_path, model, retrained=True):
+    """Every stage stamped, masks, DAI statistics of ``model``'s MLP weights and an evaluation per mask; the
+    retraining stages left out unless ``retrained``."""
     from safetensors.torch import save_file
 
     from dsprune.encoder import Encoder
@@ -133,6 +134,10 @@ def _fake_run(tmp_path, model):
     for name, losses in (("full", [2.0] * 20 + [0.5] * 10), ("random", [2.8] * 30)):   # random never leaves it
         (out / f"retrain-{name}" / "log.jsonl").write_text(
             "\n".join(json.dumps({"step": i + 1, "loss": x}) for i, x in enumerate(losses)) + "\n")
+    if not retrained:
+        for folder in out.iterdir():
+            if "retrain" in folder.name:
+                shutil.rmtree(folder)
     return out
 
 
@@ -197,10 +202,7 @@ def test_collect_and_render(tmp_path, monkeypatch, tiny_dirs):
 def test_oneshot_collect_needs_no_retraining_and_renders_it_pending(tmp_path, monkeypatch, tiny_dirs):
     monkeypatch.setattr(ge, "OUT", tmp_path / "out")
     model = tiny_dirs["llama"]
-    out, results = _fake_run(tmp_path, model), tmp_path / "results"
-    for folder in out.iterdir():
-        if "retrain" in folder.name:
-            shutil.rmtree(folder)
+    out, results = _fake_run(tmp_path, model, retrained=False), tmp_path / "results"
     with pytest.raises(SystemExit, match="'retrain-full' has not finished"):
         ge.collect({"model": str(model)}, out, results)
     doc = json.loads(ge.collect({"model": str(model)}, out, results, "oneshot").read_text())
@@ -300,10 +302,7 @@ def test_two_seeds_of_the_retraining_render_a_verdict_per_mask(tmp_path, monkeyp
 def test_two_calibration_draws_render_a_one_shot_verdict(tmp_path, monkeypatch, tiny_dirs):
     monkeypatch.setattr(ge, "OUT", tmp_path / "out")
     model = tiny_dirs["llama"]
-    out, results = _fake_run(tmp_path, model), tmp_path / "results"
-    for folder in out.iterdir():
-        if "retrain" in folder.name:
-            shutil.rmtree(folder)
+    out, results = _fake_run(tmp_path, model, retrained=False), tmp_path / "results"
     ge.collect({"model": str(model)}, out, results, "oneshot")
     draw = ge.collect({"model": str(model)}, out, results, "oneshot", "gaprune_embedder_calib1", 1)
     doc = json.loads(draw.read_text())
