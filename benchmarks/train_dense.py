@@ -186,6 +186,7 @@ def keep(out: Path, name: str, results: Path = REPO / "benchmarks" / "results") 
            "command": (man.get("command") or "").replace(f"{REPO}/", ""),
            "code_version": man.get("code_version") or formats.code_version(),
            "encoder": cfg["train_config"]["encoder"], "seed": cfg["seed"], "learning_rate": cfg["lr"],
+           "model_fingerprint": formats.read_json(out / "eval_trained" / formats.RESULTS, "results").get("fingerprint"),
            "train": man["figures"]["train"], "scaled_settings": man.get("scaled_settings"),
            **trained_vs_untrained(out)}
     dest = results / f"{name}.json"

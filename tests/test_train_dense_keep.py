@@ -43,6 +43,7 @@ def test_a_kept_run_says_whether_it_beats_its_untrained_start(tmp_path, trained,
             "training": {"train_dense.py": {"first_loss": 3.97, "final_loss": 1.75}}}
     text = "\n".join(render_dense_runs(results, grid))
     assert "**the last token with EOS appended**" in text and word in text
+    assert doc["model_fingerprint"] == "eval_trained" and "abc1234, weights eval_trained)" in text
     assert "loss 8.000 at the first step, 3.500 at the last" in text
     assert ("the grid's dense row (mean pooling, the same script in another run whose command the row does not keep"
             in text and "0.5130" in text)

@@ -1,5 +1,5 @@
-"""Dense retrievers that ``benchmarks/train_dense.py --results NAME`` kept besides the grid's own: another pooling
-at the dense row's budget. A table whose reference retriever never learned to retrieve says nothing about
+"""Dense retrievers that ``benchmarks/train_dense.py --results NAME`` kept besides the grid's own: another pooling,
+or another run of the same, at the dense row's budget. A table whose reference retriever never learned to retrieve says nothing about
 dropping, so each run states first whether it beats its untrained start."""
 from __future__ import annotations
 
@@ -19,12 +19,14 @@ def render_dense_runs(results: Path, grid_dense: dict | None = None) -> list[str
             if (d := section_result(p, {"command", "encoder", "train", "tasks", "untrained", "trained"}, MADE_BY))]
     if not runs:
         return []
-    out = ["## Dense retrievers trained with another pooling", ""]
+    out = ["## Dense retrievers trained besides the grid's dense row", ""]
     for d in runs:
         tr, t = d["train"], d["tasks"][0]
         delta = d["trained"]["tasks"][t]["delta"]
         word = "beats" if delta["low"] > 0 else "does not clearly beat"
-        out += [f"- **{pooling_words(d['encoder'])}** (`{d['command']}`, {d['code_version']}): SmolLM2 trained with "
+        weights = f", weights {d['model_fingerprint'][:12]}" if d.get("model_fingerprint") else ""
+        out += [f"- **{pooling_words(d['encoder'])}** (`{d['command']}`, {d['code_version']}{weights}): SmolLM2 "
+                f"trained with "
                 f"the script's defaults otherwise, as its command shows ({tr['steps']} LoRA steps, learning rate "
                 f"{d['learning_rate']}, "
                 f"seed {d['seed']}); loss {tr['first_loss']:.3f} at the first step, {tr['final_loss']:.3f} at the "
