@@ -56,3 +56,19 @@ def test_keeping_a_run_without_its_evaluations_is_one_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="eval_trained: no results.json"):
         train_dense.keep(out, "x", tmp_path)
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_mean_pooled_run_says_whether_it_remade_the_grids_dense_retriever(tmp_path):
+    from benchmarks.grid.render_dense_runs import same_queries
+
+    results = tmp_path / "results"
+    results.mkdir()
+    doc = json.loads(train_dense.keep(_run(tmp_path, 0.1, 0.3), "train_dense_x", results).read_text())
+    mine = doc["trained_per_query"]["scifact_small"]
+    assert len(mine) == 300
+    grid = {"tasks": {"scifact_small": {"per_query": {"ndcg_at_10": dict(mine)}}}}
+    assert same_queries(doc, grid) == ""                    # last-token pooling: not the grid's retriever
+    doc["encoder"] = {"pooling": "mean"}
+    assert "scores every one of the 300 queries exactly as it does" in same_queries(doc, grid)
+    grid["tasks"]["scifact_small"]["per_query"]["ndcg_at_10"]["q7"] += 0.5
+    assert "scores 1 of the 300 queries otherwise than it does" in same_queries(doc, grid)

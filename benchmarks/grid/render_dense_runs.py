@@ -38,8 +38,26 @@ def render_dense_runs(results: Path, grid_dense: dict | None = None) -> list[str
         tr = (grid_dense.get("training") or {}).get("train_dense.py") or {}
         score = (grid_dense.get("tasks") or {}).get("scifact_small", {}).get("ndcg_at_10")
         if score is not None and tr:
-            out += [f"- For comparison, not paired: the grid's dense row (mean pooling, the same script in "
+            out += [f"- For comparison: the grid's dense row (mean pooling, the same script in "
                     f"another run whose command the row does not keep, model fingerprint "
                     f"{str(grid_dense.get('model_fingerprint'))[:8]}…) scores "
-                    f"{score:.4f} on scifact_small, its loss {tr['first_loss']:.3f} → {tr['final_loss']:.3f}."]
-    return out + [""]
+                    f"{score:.4f} on scifact_small, its loss {tr['first_loss']:.3f} → {tr['final_loss']:.3f}."
+                    + "".join(same_queries(d, grid_dense) for d in runs)]
+        return out + [""]
+
+
+def same_queries(d: dict, grid_dense: dict) -> str:
+    """Whether a run of the same pooling scored every query as the grid's dense row did: the same retriever made
+    again, whatever its weights' fingerprint says (it also covers configuration files)."""
+    if d["encoder"].get("pooling") != "mean":
+        return ""
+    words = []
+    for t, mine in (d.get("trained_per_query") or {}).items():
+        theirs = ((grid_dense.get("tasks") or {}).get(t) or {}).get("per_query", {}).get("ndcg_at_10")
+        if theirs is None or set(theirs) != set(mine):
+            continue
+        differ = sum(mine[q] != theirs[q] for q in mine)
+        words.append(f"on {t} the mean-pooling run above scores " + (
+            f"every one of the {len(mine)} queries exactly as it does" if not differ else
+            f"{differ} of the {len(mine)} queries otherwise than it does"))
+    return (" Paired per query, " + "; ".join(words) + ".") if words else ""
