@@ -43,7 +43,7 @@ def render_dense_runs(results: Path, grid_dense: dict | None = None) -> list[str
                     f"{str(grid_dense.get('model_fingerprint'))[:8]}…) scores "
                     f"{score:.4f} on scifact_small, its loss {tr['first_loss']:.3f} → {tr['final_loss']:.3f}."
                     + "".join(same_queries(d, grid_dense) for d in runs)]
-        return out + [""]
+    return out + [""]
 
 
 def same_queries(d: dict, grid_dense: dict) -> str:
