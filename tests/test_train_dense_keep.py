@@ -72,3 +72,28 @@ def test_a_mean_pooled_run_says_whether_it_remade_the_grids_dense_retriever(tmp_
     assert "scores every one of the 300 queries exactly as it does" in same_queries(doc, grid)
     grid["tasks"]["scifact_small"]["per_query"]["ndcg_at_10"]["q7"] += 0.5
     assert "scores 1 of the 300 queries otherwise than it does" in same_queries(doc, grid)
+
+
+def test_a_model_made_again_is_named_as_the_grids_dense_retriever_made_again(tmp_path):
+    from benchmarks.grid.section import model_with_weights, remade_dense
+
+    results = tmp_path / "results"
+    results.mkdir()
+    path = train_dense.keep(_run(tmp_path, 0.1, 0.3), "train_dense_x", results)
+    doc = json.loads(path.read_text())
+    doc["encoder"] = {"pooling": "mean"}
+    path.write_text(json.dumps(doc))
+    per_query = dict(doc["trained_per_query"]["scifact_small"])
+    grid = {"row": "dense", "model_fingerprint": "9ec8cad57838aa",
+            "tasks": {"scifact_small": {"ndcg_at_10": 0.3, "per_query": {"ndcg_at_10": per_query}}}}
+    (results / "dense.json").write_text(json.dumps(grid))
+    remade = remade_dense(results)
+    assert remade == {"eval_trained": "on scifact_small (`train_dense_x.json`)"}
+    run = {"model": "out/train_dense/run/model", "model_fingerprint": "eval_trained"}
+    assert "but a training run that scores every query as that row does on scifact_small (`train_dense_x.json`)" \
+        in model_with_weights(run, grid["model_fingerprint"], remade=remade)
+    assert "another training run" in model_with_weights({**run, "model_fingerprint": "other"},
+                                                        grid["model_fingerprint"], remade=remade)
+    per_query["q3"] += 0.5                                   # one query scored otherwise: not the same retriever
+    (results / "dense.json").write_text(json.dumps(grid))
+    assert remade_dense(results) == {}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dsprune.report.compare import interval
 
-from .section import pooling_words, section_result
+from .section import pooling_words, query_differences, section_result
 
 MADE_BY = "benchmarks/train_dense.py"
 
@@ -49,15 +49,8 @@ def render_dense_runs(results: Path, grid_dense: dict | None = None) -> list[str
 def same_queries(d: dict, grid_dense: dict) -> str:
     """Whether a run of the same pooling scored every query as the grid's dense row did: the same retriever made
     again, whatever its weights' fingerprint says (it also covers configuration files)."""
-    if d["encoder"].get("pooling") != "mean":
-        return ""
-    words = []
-    for t, mine in (d.get("trained_per_query") or {}).items():
-        theirs = ((grid_dense.get("tasks") or {}).get(t) or {}).get("per_query", {}).get("ndcg_at_10")
-        if theirs is None or set(theirs) != set(mine):
-            continue
-        differ = sum(mine[q] != theirs[q] for q in mine)
-        words.append(f"on {t} the mean-pooling run above scores " + (
-            f"every one of the {len(mine)} queries exactly as it does" if not differ else
-            f"{differ} of the {len(mine)} queries otherwise than it does"))
+    words = [f"on {t} the mean-pooling run above scores " + (
+        f"every one of the {n} queries exactly as it does" if not differ else
+        f"{differ} of the {n} queries otherwise than it does")
+        for t, (differ, n) in query_differences(d, grid_dense).items()]
     return (" Paired per query, " + "; ".join(words) + ".") if words else ""

@@ -7,7 +7,7 @@ from pathlib import Path
 from dsprune.report import compare
 
 from .._common import REPO
-from .section import grid_dense_fingerprint, model_with_weights, model_words, section_result
+from .section import grid_dense_fingerprint, model_with_weights, model_words, remade_dense, section_result
 
 RESULTS_FILES = "drop_position*.json"     # one per model: SmolLM2 as it ships, the dense retriever, ...
 
@@ -22,12 +22,12 @@ def render_drop_position(results: Path, rows: dict[str, dict] | None = None) -> 
     docs = [d for p in sorted(results.glob(RESULTS_FILES))
             if (d := section_result(p, {"title", "command", "report", "model", "variants", "contrasts"},
                                     "benchmarks/drop_position.py"))]
-    grid_dense = grid_dense_fingerprint(results)
+    grid_dense, remade = grid_dense_fingerprint(results), remade_dense(results)
     grid = grid_drops(rows)
     out = []
     for i, d in enumerate(docs):
         out += drop_position_section(d, heading=None if i == 0 else f"### The same on {model_words(d)}",
-                                     grid_dense=grid_dense)
+                                     grid_dense=grid_dense, remade=remade)
         out += reuse_caveat(d, grid)
     return out
 
@@ -91,10 +91,12 @@ def verdict(c: dict) -> str:
     return f"{c['a']} and {c['b']} are not separable"
 
 
-def drop_position_section(d: dict, heading: str | None = None, grid_dense: str | None = None) -> list[str]:
-    """``grid_dense``: the fingerprint of the grid's dense retriever, to say whether ``d`` dropped from it."""
+def drop_position_section(d: dict, heading: str | None = None, grid_dense: str | None = None,
+                          remade: dict[str, str] | None = None) -> list[str]:
+    """``grid_dense``: the fingerprint of the grid's dense retriever, to say whether ``d`` dropped from it;
+    ``remade``: fingerprints of runs that made that retriever again (``section.remade_dense``)."""
     table = d["report"]
-    model = model_with_weights(d, grid_dense)
+    model = model_with_weights(d, grid_dense, remade=remade)
     out = [heading or f"## {d['title']}", "", f"`{d['command']}` ({d.get('code_version')}).", "",
            f"Each row drops MLPs of {model} with `dsprune drop` and the scores `{d['scores']}`, then is evaluated "
            f"at ≤ {d['max_length']} tokens with no training. For the pairs every other layer is protected "

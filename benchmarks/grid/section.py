@@ -31,17 +31,48 @@ def model_words(d: dict) -> str:
     return "SmolLM2 as it ships (no retrieval training)" if d["model"] == "smollm2" else f"`{d['model']}`"
 
 
+def query_differences(run: dict, grid_dense: dict) -> dict[str, tuple[int, int]]:
+    """task -> (queries scored otherwise, queries) between a mean-pooled ``benchmarks/train_dense.py`` run's
+    trained model and the grid's dense row, on the tasks both scored on the same queries."""
+    if run["encoder"].get("pooling") != "mean":
+        return {}
+    out = {}
+    for t, mine in (run.get("trained_per_query") or {}).items():
+        theirs = ((grid_dense.get("tasks") or {}).get(t) or {}).get("per_query", {}).get("ndcg_at_10")
+        if theirs is not None and set(theirs) == set(mine):
+            out[t] = (sum(mine[q] != theirs[q] for q in mine), len(mine))
+    return out
+
+
+def remade_dense(results: Path) -> dict[str, str]:
+    """Weights fingerprint -> where it shows, for each dense retriever ``benchmarks/train_dense.py`` made again
+    that scores every query as the grid's dense row does: another fingerprint, the same retriever by what is
+    kept."""
+    dense = section_result(results / "dense.json", {"tasks"}, "benchmarks/reproduce.py")
+    out = {}
+    for p in sorted(results.glob("train_dense_*.json")) if dense else []:
+        run = formats.read_json(p, "benchmarks/train_dense.py results")
+        diffs = query_differences(run, dense) if run.get("model_fingerprint") else {}
+        if diffs and not any(n for n, _ in diffs.values()):
+            out[run["model_fingerprint"]] = f"on {', '.join(diffs)} (`{p.name}`)"
+    return out
+
+
 def model_with_weights(d: dict, grid_dense: str | None,
-                       differs: str = "whose drops are not the grid rows' models") -> str:
+                       differs: str = "whose drops are not the grid rows' models",
+                       remade: dict[str, str] | None = None) -> str:
     """``model_words`` and, for a model at a path, its weights and whether they are the grid's dense row's
-    (``grid_dense``; else ``differs`` says what that means): the dense retriever's path may hold another training
-    run."""
+    (``grid_dense``; else ``differs`` says what that means, unless ``remade``, from ``remade_dense``, names a run
+    that scores as the row does): the dense retriever's path may hold another training run."""
     model, fp = model_words(d), d.get("model_fingerprint")
+    again = (remade or {}).get(fp)
     if fp and d["model"] != "smollm2":
-        model += f" (weights {fp[:12]}" + ("" if grid_dense is None else
-                                           ", the grid's dense row" if fp == grid_dense else
-                                           f"; not the grid's dense row, {grid_dense[:12]}: another training run, "
-                                           f"{differs}") + ")"
+        model += f" (weights {fp[:12]}" + (
+            "" if grid_dense is None else
+            ", the grid's dense row" if fp == grid_dense else
+            f"; not the grid's dense row's fingerprint, {grid_dense[:12]}, but a training run that scores every "
+            f"query as that row does {again}" if again else
+            f"; not the grid's dense row, {grid_dense[:12]}: another training run, {differs}") + ")"
     return model
 
 
