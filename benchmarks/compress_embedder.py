@@ -182,6 +182,19 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                                       "base": "1.15x-lora-wide", "set": {"distill.seed": 43},
                                       "rows": plan_rows("1.15×", ", wider text, seed 43", untrained=False),
                                       "share": ("plan", "drop", "eval-drop"), "versus": ("1.15x-lora-seed2",)},
+            # EffiR Table 3's pair with the better recovery on both sides: the coarse drop + slim recovered by the
+            # distillation through LoRA, ``versus`` the deeper drop recovered the same way at the same seed (the
+            # runs whose models they pair must be on disk; the main run need not be)
+            "slim-lora": {"label": "coarse drop + slim, distillation through LoRA", "base": "slim", "pair_main": False,
+                          "set": {},           # the distillation through LoRA's options, set below
+                          "rows": {"drop + distill": "drop + slim + distill (LoRA)", "drop only": "drop + slim only"},
+                          "share": ("plan", "drop", "slim", "mask", "export-mask", "eval-drop"),
+                          "versus": ("distill-lora",)},
+            "slim-lora-seed2": {"label": "coarse drop + slim, distillation through LoRA, second training seed",
+                                "base": "slim-lora", "pair_main": False, "set": {"distill.seed": 43},
+                                "rows": {"drop + distill": "drop + slim + distill (LoRA), seed 43"},
+                                "share": ("plan", "drop", "slim", "mask", "export-mask", "eval-drop"),
+                                "versus": ("distill-lora-seed2",)},
             "distill-lora-seed2": {"label": "distillation through LoRA, second training seed", "base": "distill-lora",
                                    "set": {"distill.seed": 43},
                                    "rows": {"drop + distill": "drop + distill (LoRA), seed 43"},
@@ -191,6 +204,7 @@ VARIANTS["1.6x-lora-long"]["set"] = {
     "distill.eval_steps": 100, "distill.save_steps": 50, "distill.eval_max_length": 128,
     "distill.distill_data": [*VARIANTS["long"]["set"]["distill.distill_data"],
                              "passages=msmarco_trecdl_subset/corpus.jsonl"]}
+VARIANTS["slim-lora"]["set"] = VARIANTS["distill-lora"]["set"]
 VARIANTS["1.15x-lora-wide"]["set"] = {
     **VARIANTS["1.15x-lora"]["set"], "distill.eval_max_length": 128,
     "distill.distill_data": VARIANTS["1.6x-lora-long"]["set"]["distill.distill_data"]}
