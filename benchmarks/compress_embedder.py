@@ -222,6 +222,8 @@ RECOVERY = ("eval", "eval-drop")
 # the evaluation stages whose models a variant's ``rows`` may name, by the main run's label of each
 ROW_STAGES = (("eval", "drop + distill"), ("eval-drop", "drop only"), ("eval-int8", "drop + distill + int8"),
               ("eval-bf16", "drop + distill + bf16"))
+# the evaluations another run pairs its models with: their per-query scores are kept in the results
+KEPT = ("eval", "eval-drop")
 # the distilled model in another number format: results key -> its eval and bench stages
 PRECISIONS = {"int8": ("eval-int8", "bench-int8"), "bf16": ("eval-bf16", "bench-bf16")}
 # the pruned model timed against the unpruned one with both in that number format: results key -> its bench stage
@@ -344,7 +346,8 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
     if variant and VARIANTS[variant].get("pair_main", True):
         doc["against_main"] = against_main(main or out_of(base_of(variant)), out, variant)
     if variant and "versus" in VARIANTS[variant]:
-        doc["versus"] = versus(out, variant)
+        doc["versus"] = versus(out, variant, results)
+    doc["per_query"] = {stage: kept_scores(out / stage) for stage in KEPT if (out / stage / formats.RESULTS).is_file()}
     keep_version(doc, results / f"{name_of(variant)}.json")
     return keep_results(doc, out, results, name_of(variant))
 
@@ -421,10 +424,36 @@ def recovery(out: Path) -> dict:
     return {"stages": list(RECOVERY), **paired(out / RECOVERY[1], out / RECOVERY[0])}
 
 
-def paired(base: Path, other: Path) -> dict:
-    """``other`` − ``base`` (two eval folders), paired per query: the mean over the tasks and each task."""
-    row = compare.compare(compare.load_entries([str(base), str(other)], [], ["base", "other"]))["rows"][1]
+def paired(base: Path | dict, other: Path | dict) -> dict:
+    """``other`` − ``base`` (eval folders, or results as ``eval_results`` gives them), paired per query: the mean
+    over the tasks and each task."""
+    docs = [x if isinstance(x, dict) else compare.read_results(x) for x in (base, other)]
+    entries = [compare.Entry(label, Path(label), doc) for label, doc in zip(("base", "other"), docs)]
+    row = compare.compare(entries)["rows"][1]
     return {"mean_delta": row.get("mean_delta"), "tasks": {t: c.get("delta") for t, c in row["tasks"].items() if c}}
+
+
+def kept_scores(folder: Path) -> dict:
+    """An evaluation's per-query nDCG@10 per task, as results: what pairing another run with it needs once the
+    run's folder under ``out/`` is gone."""
+    doc = compare.read_results(folder)
+    return {"fingerprint": doc.get("fingerprint"),
+            "tasks": {t: {compare.METRIC: r.get(compare.METRIC),
+                          "per_query": {compare.METRIC: r["per_query"][compare.METRIC]}}
+                      for t, r in doc["tasks"].items() if compare.METRIC in r.get("per_query", {})}}
+
+
+def eval_results(run: str, stage: str, results: Path) -> dict:
+    """A run's evaluation stage: its folder while on disk, else the per-query scores its results JSON kept."""
+    folder = out_of(run) / stage
+    if (folder / formats.RESULTS).is_file():
+        return compare.read_results(folder)
+    kept = results / f"{name_of(run)}.json"
+    doc = formats.read_json(kept, "results") if kept.is_file() else {}
+    if stage in (doc.get("per_query") or {}):
+        return doc["per_query"][stage]
+    raise SystemExit(f"error: {folder} is gone and {kept} keeps no per-query scores of it; run "
+                     f"`benchmarks/compress_embedder.py{' --variant ' + run if run else ''}` again")
 
 
 def against_main(main: Path, out: Path, variant: str) -> dict:
@@ -439,12 +468,12 @@ def against_main(main: Path, out: Path, variant: str) -> dict:
     return found
 
 
-def versus(out: Path, variant: str) -> dict:
+def versus(out: Path, variant: str, results: Path) -> dict:
     """The variant's trained model − each ``versus`` run's (trained at the same seed), paired per query; keyed
     by that run."""
     label = VARIANTS[variant]["rows"]["drop + distill"]
     return {run: {"label": label, "against": labels_of(run)["drop + distill"], "run": run,
-                  **paired(out_of(run) / "eval", out / "eval")} for run in VARIANTS[variant]["versus"]}
+                  **paired(eval_results(run, "eval", results), out / "eval")} for run in VARIANTS[variant]["versus"]}
 
 
 def report_rows(variant: str) -> dict:

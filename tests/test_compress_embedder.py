@@ -447,3 +447,28 @@ def test_every_variant_command_loads_as_a_recipe_run(variant):
     for key, value in ce.sets_of(variant).items():
         stage, option = key.split(".", 1)
         assert by[stage].args.get(option) == value
+
+
+def test_a_run_pairs_with_another_whose_folder_is_gone_through_its_kept_scores(tmp_path, monkeypatch):
+    """EffiR Table 3's pair through LoRA on both sides: slim-lora against distill-lora, paired per query from
+    distill-lora's results JSON once its folder under out/ is gone."""
+    import shutil
+
+    runs = {"": (0.5, 0.2), "infonce": (0.55, 0.2), "distill-lora": (0.6, 0.2), "slim-lora": (0.7, 0.3)}
+    results = _runs(tmp_path, monkeypatch, runs, dict.fromkeys(runs, 42))
+    first = json.loads((results / "compress_embedder_slim-lora.json").read_text())["versus"]["distill-lora"]
+    kept = json.loads((results / "compress_embedder_distill-lora.json").read_text())["per_query"]
+    assert set(kept) == {"eval", "eval-drop"} and all("per_query" in t for t in kept["eval"]["tasks"].values())
+    shutil.rmtree(ce.out_of("distill-lora"))
+    ce.collect({}, ce.out_of("slim-lora"), results, "slim-lora")
+    again = json.loads((results / "compress_embedder_slim-lora.json").read_text())["versus"]["distill-lora"]
+    assert again == first and first["mean_delta"]["low"] > 0 and first["against"] == "drop + distill (LoRA)"
+    # neither the folder nor kept scores: one clear error, the results left as they were
+    doc = json.loads((results / "compress_embedder_distill-lora.json").read_text())
+    del doc["per_query"]
+    (results / "compress_embedder_distill-lora.json").write_text(json.dumps(doc))
+    before = (results / "compress_embedder_slim-lora.json").read_text()
+    with pytest.raises(SystemExit, match="keeps no per-query scores of it; run `benchmarks/compress_embedder.py "
+                                         "--variant distill-lora` again"):
+        ce.collect({}, ce.out_of("slim-lora"), results, "slim-lora")
+    assert (results / "compress_embedder_slim-lora.json").read_text() == before
