@@ -48,7 +48,12 @@ def test_drop_position_on_a_tiny_model(tiny_dirs, tmp_path):
     lines = render_drop_position(results)
     assert lines[0].startswith("## Which MLPs a drop takes")
     assert f"### The same on `{tiny_dirs['llama']}`" in lines
-    # the committed run's stages were reused by command alone: said once, under its own section only
+    assert not [line for line in lines if line.startswith("Caveat: ")]      # every stage made on its inputs
+    # a run whose stages were reused by command alone (stamps without inputs) says so once, under its own section
+    old = json.loads(committed.read_text())
+    old["stages"] = [{k: v for k, v in st.items() if k != "inputs"} | {"reused": True} for st in old["stages"]]
+    (results / "drop_position.json").write_text(json.dumps(old))
+    lines = render_drop_position(results)
     caveats = [i for i, line in enumerate(lines) if line.startswith("Caveat: ")]
     assert len(caveats) == 1 and caveats[0] < lines.index(f"### The same on `{tiny_dirs['llama']}`")
     assert all("inputs" in s for s in doc["stages"])
