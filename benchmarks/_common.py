@@ -167,6 +167,18 @@ def run_recipe_command(cmd: list[str], out: Path, what: str) -> None:
     sh(cmd, Path(f"{out}.log"), launch_env())
 
 
+def kept_scores(folder: Path) -> dict:
+    """An evaluation's per-query nDCG@10 per task, as results: what pairing another run with it needs once the
+    run's folder under ``out/`` is gone."""
+    from dsprune.report import compare
+
+    doc = compare.read_results(folder)
+    return {"fingerprint": doc.get("fingerprint"),
+            "tasks": {t: {compare.METRIC: r.get(compare.METRIC),
+                          "per_query": {compare.METRIC: r["per_query"][compare.METRIC]}}
+                      for t, r in doc["tasks"].items() if compare.METRIC in r.get("per_query", {})}}
+
+
 def keep_results(doc: dict, out: Path, results: Path, name: str) -> Path:
     """``doc`` as ``results/NAME.json``, with the recipe report's quality-vs-speed PNG beside it."""
     from dsprune import formats

@@ -17,8 +17,9 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (REPO, collect_recipe, keep_results, link_finished_stage, machine_bench,  # noqa: E402
-                                recipe_command, recipe_parser, rerender, run_recipe_command, tensorboard_scalars)
+from benchmarks._common import (REPO, collect_recipe, keep_results, kept_scores, link_finished_stage,  # noqa: E402
+                                machine_bench, recipe_command, recipe_parser, rerender, run_recipe_command,
+                                tensorboard_scalars)
 from benchmarks.grid import render  # noqa: E402
 from benchmarks.grid.render_seeds import TARGET  # noqa: E402
 from dsprune import formats  # noqa: E402
@@ -431,16 +432,6 @@ def paired(base: Path | dict, other: Path | dict) -> dict:
     entries = [compare.Entry(label, Path(label), doc) for label, doc in zip(("base", "other"), docs)]
     row = compare.compare(entries)["rows"][1]
     return {"mean_delta": row.get("mean_delta"), "tasks": {t: c.get("delta") for t, c in row["tasks"].items() if c}}
-
-
-def kept_scores(folder: Path) -> dict:
-    """An evaluation's per-query nDCG@10 per task, as results: what pairing another run with it needs once the
-    run's folder under ``out/`` is gone."""
-    doc = compare.read_results(folder)
-    return {"fingerprint": doc.get("fingerprint"),
-            "tasks": {t: {compare.METRIC: r.get(compare.METRIC),
-                          "per_query": {compare.METRIC: r["per_query"][compare.METRIC]}}
-                      for t, r in doc["tasks"].items() if compare.METRIC in r.get("per_query", {})}}
 
 
 def eval_results(run: str, stage: str, results: Path) -> dict:

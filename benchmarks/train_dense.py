@@ -27,7 +27,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import BIN, REPO, launch_env, sh  # noqa: E402
+from benchmarks._common import BIN, REPO, kept_scores, launch_env, sh  # noqa: E402
 
 
 def main() -> int:
@@ -182,15 +182,14 @@ def keep(out: Path, name: str, results: Path = REPO / "benchmarks" / "results") 
         if not (out / f"eval_{n}" / formats.RESULTS).is_file():
             raise SystemExit(f"error: {out / f'eval_{n}'}: no results.json (the run was made with --skip-eval)")
     cfg = man["config"]
-    trained = formats.read_json(out / "eval_trained" / formats.RESULTS, "results")
+    trained = kept_scores(out / "eval_trained")
     doc = {"title": f"SmolLM2 trained into a dense retriever by benchmarks/train_dense.py, {cfg['pooling']} pooling",
            "command": (man.get("command") or "").replace(f"{REPO}/", ""),
            "code_version": man.get("code_version") or formats.code_version(),
            "encoder": cfg["train_config"]["encoder"], "seed": cfg["seed"], "learning_rate": cfg["lr"],
-           "model_fingerprint": trained.get("fingerprint"),
+           "model_fingerprint": trained["fingerprint"],
            # per query, so a reader can tell whether two runs of the script made the same retriever
-           "trained_per_query": {t: r["per_query"]["ndcg_at_10"] for t, r in trained["tasks"].items()
-                                 if "ndcg_at_10" in r.get("per_query", {})},
+           "trained_scores": trained,
            "train": man["figures"]["train"], "scaled_settings": man.get("scaled_settings"),
            **trained_vs_untrained(out)}
     dest = results / f"{name}.json"

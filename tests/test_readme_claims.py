@@ -81,7 +81,7 @@ def _numbers(obj, out: list) -> None:
         out.extend(float(x) for x in NUMBER.findall(obj))
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            if k == "per_query" or k.endswith("_per_query"):
+            if k == "per_query":
                 continue        # hundreds of scores between 0 and 1: any figure would find one to round to
             _numbers(k, out)
             _numbers(v, out)

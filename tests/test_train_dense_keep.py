@@ -64,7 +64,7 @@ def test_a_mean_pooled_run_says_whether_it_remade_the_grids_dense_retriever(tmp_
     results = tmp_path / "results"
     results.mkdir()
     doc = json.loads(train_dense.keep(_run(tmp_path, 0.1, 0.3), "train_dense_x", results).read_text())
-    mine = doc["trained_per_query"]["scifact_small"]
+    mine = doc["trained_scores"]["tasks"]["scifact_small"]["per_query"]["ndcg_at_10"]
     assert len(mine) == 300
     grid = {"tasks": {"scifact_small": {"per_query": {"ndcg_at_10": dict(mine)}}}}
     assert same_queries(doc, grid) == ""                    # last-token pooling: not the grid's retriever
@@ -83,7 +83,7 @@ def test_a_model_made_again_is_named_as_the_grids_dense_retriever_made_again(tmp
     doc = json.loads(path.read_text())
     doc["encoder"] = {"pooling": "mean"}
     path.write_text(json.dumps(doc))
-    per_query = dict(doc["trained_per_query"]["scifact_small"])
+    per_query = dict(doc["trained_scores"]["tasks"]["scifact_small"]["per_query"]["ndcg_at_10"])
     grid = {"row": "dense", "model_fingerprint": "9ec8cad57838aa",
             "tasks": {"scifact_small": {"ndcg_at_10": 0.3, "per_query": {"ndcg_at_10": per_query}}}}
     (results / "dense.json").write_text(json.dumps(grid))

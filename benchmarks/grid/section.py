@@ -37,7 +37,8 @@ def query_differences(run: dict, grid_dense: dict) -> dict[str, tuple[int, int]]
     if run["encoder"].get("pooling") != "mean":
         return {}
     out = {}
-    for t, mine in (run.get("trained_per_query") or {}).items():
+    for t, r in ((run.get("trained_scores") or {}).get("tasks") or {}).items():
+        mine = r["per_query"]["ndcg_at_10"]
         theirs = ((grid_dense.get("tasks") or {}).get(t) or {}).get("per_query", {}).get("ndcg_at_10")
         if theirs is not None and set(theirs) == set(mine):
             out[t] = (sum(mine[q] != theirs[q] for q in mine), len(mine))
