@@ -39,6 +39,19 @@ def pair_words(x: dict) -> str:
         (f", {DOMAIN} {compare.interval(dom)}" if dom else "")
 
 
+def mean_and_domain(pairs: list[dict], names: tuple[str, str], lead: str, after: str = "",
+                    unit: tuple[str, str] = ("training seed", "seeds")) -> str:
+    """The verdict of repeated DAI − baseline ``pairs`` on the mean and on the domain task: the two GAPrune
+    targets can disagree, so each gets its own. ``after`` qualifies the mean's verdict only."""
+    words = f"{lead} the mean: " + verdict([y["mean_delta"] for y in pairs], len(pairs), f"{names[0]} keeps more"
+                                           f"{after}", f"{names[1]} keeps more{after}", unit)
+    doms = [y["tasks"].get(DOMAIN) for y in pairs]
+    if all(doms):
+        words += f" {lead} {DOMAIN}: " + verdict(doms, len(doms), f"{names[0]} keeps more",
+                                                 f"{names[1]} keeps more", unit)
+    return words
+
+
 def against_lines(d: dict, runs: list[dict], draws: list[dict] = ()) -> list[str]:
     """GAPrune's comparison itself: each DAI mask − each baseline, paired per query, one-shot per calibration draw
     and retrained per seed (a verdict only where two draws, or two seeds, agree)."""
@@ -62,27 +75,16 @@ def against_lines(d: dict, runs: list[dict], draws: list[dict] = ()) -> list[str
             shots = [(n, y) for n, y in shots if y and y.get("mean_delta")]
             if len(shots) > 1:
                 line = (f"- {names[0]} − {names[1]}: one-shot, " + "; ".join(
-                    f"calibration draw {n}: {pair_words(y)}" for n, y in shots) + ". One-shot on the mean: "
-                    + verdict([y["mean_delta"] for _, y in shots], len(shots), f"{names[0]} keeps more",
-                              f"{names[1]} keeps more", DRAWS))
-                doms = [y["tasks"].get(DOMAIN) for _, y in shots]
-                if all(doms):
-                    line += f" One-shot on {DOMAIN}: " + verdict(doms, len(doms), f"{names[0]} keeps more",
-                                                                  f"{names[1]} keeps more", DRAWS)
+                    f"calibration draw {n}: {pair_words(y)}" for n, y in shots) + ". "
+                    + mean_and_domain([y for _, y in shots], names, "One-shot on", unit=DRAWS))
             retrained = [(r["retraining"]["seed"], ((r.get("dai_against") or {}).get("retrained") or {})
                           .get(dai, {}).get(base)) for r in runs]
             retrained = [(seed, y) for seed, y in retrained if y and y.get("mean_delta")]
             if retrained:
                 line += (" Retrained, " if len(shots) > 1 else "; retrained, ") + "; ".join(
                     f"seed {seed}: {pair_words(y)}" for seed, y in retrained) + "."
-                if seeds > 1:   # the mean and the domain GAPrune targets can disagree: a verdict for each
-                    line += " On the mean: " + verdict([y["mean_delta"] for _, y in retrained], len(retrained),
-                                                       f"{names[0]} keeps more after retraining",
-                                                       f"{names[1]} keeps more after retraining")
-                    doms = [y["tasks"].get(DOMAIN) for _, y in retrained]
-                    if all(doms):
-                        line += f" On {DOMAIN}: " + verdict(doms, len(doms), f"{names[0]} keeps more",
-                                                           f"{names[1]} keeps more")
+                if seeds > 1:
+                    line += " " + mean_and_domain([y for _, y in retrained], names, "On", " after retraining")
             out.append(line + ("" if retrained or len(shots) > 1 else "."))
     return out
 
