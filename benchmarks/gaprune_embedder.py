@@ -25,14 +25,15 @@ those stages and collects nothing, to split a long run over sittings.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import (REPO, collect_recipe, keep_results, link_finished_stage, recipe_command,  # noqa: E402
-                               recipe_parser, rerender, run_recipe_command)
+from benchmarks._common import (REPO, collect_recipe, keep_results, kept_scores, link_finished_stage,  # noqa: E402
+                               recipe_command, recipe_parser, rerender, run_recipe_command)
 from dsprune import formats  # noqa: E402
 from dsprune.report import compare  # noqa: E402
 
@@ -109,6 +110,15 @@ def share_unpruned_eval(out: Path) -> None:
     (the recipe reuses it only if its fingerprint, the same model, tasks and lengths, matches)."""
     for src in sorted(OUT.parent.glob("compress-embedder*/eval-full")):
         link_finished_stage(src, out / "eval-full")
+
+
+def shared_with_first(out: Path) -> list[str]:
+    """The stages ``out`` took from the first run (hard links of its finished folders) rather than ran: what a
+    draw's table may call the first draw's rows."""
+    from dsprune.recipe import STAMP
+
+    return sorted(n for n in oneshot_stages() if out != OUT and (out / n / STAMP).is_file()
+                  and (OUT / n / STAMP).is_file() and os.path.samefile(out / n / STAMP, OUT / n / STAMP))
 
 
 def masks(out: Path) -> list[str]:
@@ -224,6 +234,7 @@ def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: 
     doc["calibration"] = draw
     if draw:
         doc["calibration_stages"] = sorted(reads_calibration() & set(oneshot_stages()))
+        doc["shared_stages"] = shared_with_first(out)
     doc["retrained"] = (None if part == "oneshot" else
                         formats.read_json(out / "report-retrain" / "report.json", "retraining report"))
     doc["retraining"] = None
@@ -253,6 +264,8 @@ def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: 
     doc["retrain_losses"] = None if part == "oneshot" else retrain_losses(out)
     doc["tails"] = fisher_tails(out, model, doc["dai"])
     doc["alignment"] = alignment_figures(out, doc["dai"]["dai"]["config"])
+    # per-query scores outlive out/: a later run can still be paired with this one
+    doc["per_query"] = {p.name: kept_scores(p) for p in sorted(out.glob("eval-*")) if (p / formats.RESULTS).is_file()}
     return keep_results(doc, out, results, keep_as)
 
 

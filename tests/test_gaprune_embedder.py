@@ -320,3 +320,63 @@ def test_two_calibration_draws_render_a_one_shot_verdict(tmp_path, monkeypatch, 
     assert "calibration draw 0: mean " in line and "; calibration draw 1: mean " in line
     assert "One-shot on the mean: Verdict (2 calibration draws, every interval above 0): DAI (paper) keeps more." \
         in line and "One-shot on financebench: " in line and line.endswith(".")
+
+
+def _another_draw(tmp_path, out):
+    """A copy of ``out`` (run again, not linked) whose DAI mask is another model and whose evaluations add a task,
+    as a draw run with the recipe's `tasks` param set otherwise than the first."""
+    import random
+
+    draw = tmp_path / "out-calib1"
+    shutil.copytree(out, draw)
+    names = ["full", *METHODS, *ONESHOT_ONLY]
+    rng = random.Random(7)
+    for n in names:
+        path = draw / f"eval-{n}" / formats.RESULTS
+        doc = json.loads(path.read_text())
+        if n == "dai":
+            doc["fingerprint"] = "dai-draw1"
+        pq = {f"m{i}": doc["tasks"]["financebench"]["per_query"]["ndcg_at_10"][f"q{i}"] + rng.uniform(-0.01, 0.01)
+              for i in range(40)}
+        doc["tasks"]["msmarco_trecdl_subset"] = {"ndcg_at_10": sum(pq.values()) / 40,
+                                                 "per_query": {"ndcg_at_10": pq}}
+        path.write_text(json.dumps(doc))
+    entries = compare.load_entries([str(draw / f"eval-{n}") for n in names], [], names)
+    (draw / "report-oneshot" / "report.json").write_text(json.dumps(compare.compare(entries)))
+    return draw
+
+
+def test_a_draw_over_other_tasks_gets_a_verdict_per_shared_task_and_names_its_rows_origin(tmp_path, monkeypatch,
+                                                                                           tiny_dirs):
+    """Means over different tasks are not one quantity, so the one-shot verdict falls to the tasks both draws
+    evaluate; rows run again beside a first run that is gone are checked to be the first draw's models."""
+    monkeypatch.setattr(ge, "OUT", tmp_path / "out")
+    model = tiny_dirs["llama"]
+    out, results = _fake_run(tmp_path, model, retrained=False), tmp_path / "results"
+    ge.collect({"model": str(model)}, out, results, "oneshot")
+    draw = _another_draw(tmp_path, out)
+    doc = json.loads(ge.collect({"model": str(model)}, draw, results, "oneshot", "gaprune_embedder_calib1", 1)
+                     .read_text())
+    assert doc["shared_stages"] == [] and set(doc["per_query"]) == {f"eval-{n}" for n in
+                                                                     ("full", *METHODS, *ONESHOT_ONLY)}
+    assert len(doc["per_query"]["eval-dai"]["tasks"]["msmarco_trecdl_subset"]["per_query"]["ndcg_at_10"]) == 40
+    section = render.render(results, tmp_path / "RESULTS.md")
+    section = section[section.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
+    head = next(x for x in section.splitlines() if x.startswith("**One-shot, calibration draw 1**"))
+    # the fake report's labels are the stage names
+    assert "the other rows read no triplets; all run again in this draw's folder; the same models as draw 0's, " \
+           "scoring alike on every task both evaluate: full, dai-ref, magnitude," in head
+    assert "; other models or scores: dai;" in head
+    assert "evaluated on scifact_small, financebench, msmarco_trecdl_subset only (the recipe's `tasks` param)" in head
+    line = next(x for x in section.splitlines() if x.startswith("- DAI (paper) − magnitude: one-shot, "))
+    assert "One-shot on the mean: none, the calibration draws average over different tasks. One-shot on " \
+           "financebench: Verdict (2 calibration draws, every interval above 0): DAI (paper) keeps more. " \
+           "One-shot on scifact_small: Verdict (2 calibration draws" in line
+    assert "msmarco_trecdl_subset: Verdict" not in line
+    # a draw that took its other rows from the first run's folders says so
+    linked = tmp_path / "out-calib2"
+    linked.mkdir()
+    for stage in out.iterdir():
+        (ge.link_finished_stage if stage.name in ("prune-magnitude", "eval-magnitude") else
+         lambda a, b: shutil.copytree(a, b))(stage, linked / stage.name)
+    assert ge.shared_with_first(linked) == ["eval-magnitude", "prune-magnitude"]

@@ -42,13 +42,19 @@ def pair_words(x: dict) -> str:
 def mean_and_domain(pairs: list[dict], names: tuple[str, str], lead: str, after: str = "",
                     unit: tuple[str, str] = ("training seed", "seeds")) -> str:
     """The verdict of repeated DAI − baseline ``pairs`` on the mean and on the domain task: the two GAPrune
-    targets can disagree, so each gets its own. ``after`` qualifies the mean's verdict only."""
-    words = f"{lead} the mean: " + verdict([y["mean_delta"] for y in pairs], len(pairs), f"{names[0]} keeps more"
-                                           f"{after}", f"{names[1]} keeps more{after}", unit)
-    doms = [y["tasks"].get(DOMAIN) for y in pairs]
-    if all(doms):
-        words += f" {lead} {DOMAIN}: " + verdict(doms, len(doms), f"{names[0]} keeps more",
-                                                 f"{names[1]} keeps more", unit)
+    targets can disagree, so each gets its own. ``after`` qualifies the mean's verdict only. Means over different
+    tasks are not one quantity: then every task all the pairs share gets a verdict instead."""
+    shared = [t for t in pairs[0]["tasks"] if all(t in y["tasks"] for y in pairs)]
+    if all(set(y["tasks"]) == set(shared) for y in pairs):
+        words = f"{lead} the mean: " + verdict([y["mean_delta"] for y in pairs], len(pairs),
+                                               f"{names[0]} keeps more{after}", f"{names[1]} keeps more{after}", unit)
+        each = [DOMAIN] if DOMAIN in shared else []
+    else:
+        words = f"{lead} the mean: none, the {unit[1]} average over different tasks."
+        each = sorted(shared, key=lambda t: t != DOMAIN)
+    for task in each:
+        words += f" {lead} {task}: " + verdict([y["tasks"][task] for y in pairs], len(pairs),
+                                               f"{names[0]} keeps more", f"{names[1]} keeps more", unit)
     return words
 
 
@@ -160,14 +166,39 @@ def calibration_runs(d: dict, results: Path) -> list[dict]:
 
 
 def draw_tables(draws: list[dict]) -> list[str]:
-    """Table 1 of every calibration draw after the first, with the stages it ran anew."""
+    """Table 1 of every calibration draw after the first, with the stages it drew anew and where its other rows
+    came from: the first run's folders, or run again beside them (then whether they are the first draw's models)."""
     out = []
     for r in draws[1:]:
         anew = ", ".join(f"`{n}`" for n in r.get("calibration_stages") or [])
+        shared = ", ".join(f"`{n}`" for n in r.get("shared_stages") or [])
+        origin = ("the other rows read no triplets; " + (f"taken from the first run's folders: {shared}" if shared
+                                                         else "all run again in this draw's folder")
+                  + "; " + same_models(draws[0]["report"], r["report"]))
+        if r["report"]["tasks"] != draws[0]["report"]["tasks"]:
+            origin += (f"; evaluated on {', '.join(r['report']['tasks'])} only (the recipe's `tasks` param), so its "
+                       "mean is over other tasks than draw 0's")
         out += ["", f"**One-shot, calibration draw {r['calibration']}** (the triplets drawn again with seed "
-                    f"{r['calibration']}; `{r['command']}`, {r['code_version']}; run anew: {anew or '?'}; the other "
-                    "rows are the first draw's stages, which read no triplets)", "", compare.markdown(r["report"])]
+                    f"{r['calibration']}; `{r['command']}`, {r['code_version']}; drawn anew: {anew or '?'}; "
+                    f"{origin})", "", compare.markdown(r["report"])]
     return out
+
+
+def same_models(first: dict, report: dict) -> str:
+    """Which rows of ``report`` hold the very model of the first draw's table (the same fingerprint) and score as
+    it did on every task both evaluate: a row that reads no triplets must."""
+    before = {x["label"]: x for x in first["rows"]}
+    same, other = [], []
+    for row in report["rows"]:
+        was = before.get(row["label"])
+        if was is None or not row.get("fingerprint"):
+            continue
+        tasks = [t for t in row["tasks"] if t in was["tasks"]]
+        alike = row["fingerprint"] == was["fingerprint"] and all(
+            row["tasks"][t]["score"] == was["tasks"][t]["score"] for t in tasks)
+        (same if alike else other).append(row["label"])
+    return (f"the same models as draw 0's, scoring alike on every task both evaluate: {', '.join(same) or 'none'}"
+            + (f"; other models or scores: {', '.join(other)}" if other else ""))
 
 
 def alone_lines(runs: list[dict]) -> list[str]:
