@@ -344,13 +344,36 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
             if key in BOTH and (out / BOTH[key] / formats.BENCH).is_file():
                 doc[key]["both"] = {**machine_bench(out / BOTH[key]), "stage": BOTH[key]}
     doc["recovery"] = recovery(out)
+    dest = results / f"{name_of(variant)}.json"
+    before = formats.read_json(dest, "compress-embedder results") if dest.is_file() else {}
+    before = before if same_models(before, doc) else {}
     if variant and VARIANTS[variant].get("pair_main", True):
-        doc["against_main"] = against_main(main or out_of(base_of(variant)), out, variant)
+        main = main or out_of(base_of(variant))
+        if all((main / stage / formats.RESULTS).is_file() for stage, _ in main_pairs(variant)) \
+                or "against_main" not in before:
+            doc["against_main"] = against_main(main, out, variant)
+        else:
+            doc["against_main"] = before["against_main"]
+            doc.setdefault("paired_before", {})["against_main"] = before.get("code_version")
     if variant and "versus" in VARIANTS[variant]:
-        doc["versus"] = versus(out, variant, results)
+        doc["versus"] = versus(out, variant, results, before.get("versus") or {})
+        carried = [run for run, x in doc["versus"].items() if x is (before.get("versus") or {}).get(run)]
+        if carried:
+            doc.setdefault("paired_before", {})["versus"] = {"runs": carried, "code_version": before.get("code_version")}
     doc["per_query"] = {stage: kept_scores(out / stage) for stage in KEPT if (out / stage / formats.RESULTS).is_file()}
-    keep_version(doc, results / f"{name_of(variant)}.json")
+    keep_version(doc, dest)
     return keep_results(doc, out, results, name_of(variant))
+
+
+def same_models(kept: dict, doc: dict) -> bool:
+    """Whether the results kept earlier describe this very run's models: the same training (steps, losses,
+    in-run scores) and every report row scoring alike on every task. Then a pairing computed then still holds
+    once the run it paired with is gone from out/."""
+    def scores(d: dict) -> dict:
+        return {r["label"]: {t: c.get("score") for t, c in r["tasks"].items()} for r in d["report"]["rows"]}
+
+    return bool(kept.get("report")) and trained(kept.get("distill")) == trained(doc["distill"]) \
+        and scores(kept) == scores(doc)
 
 
 def variant_entry(variant: str) -> dict:
@@ -434,37 +457,52 @@ def paired(base: Path | dict, other: Path | dict) -> dict:
     return {"mean_delta": row.get("mean_delta"), "tasks": {t: c.get("delta") for t, c in row["tasks"].items() if c}}
 
 
-def eval_results(run: str, stage: str, results: Path) -> dict:
-    """A run's evaluation stage: its folder while on disk, else the per-query scores its results JSON kept."""
+def eval_results(run: str, stage: str, results: Path) -> dict | None:
+    """A run's evaluation stage: its folder while on disk, else the per-query scores its results JSON kept, else
+    None."""
     folder = out_of(run) / stage
     if (folder / formats.RESULTS).is_file():
         return compare.read_results(folder)
     kept = results / f"{name_of(run)}.json"
     doc = formats.read_json(kept, "results") if kept.is_file() else {}
-    if stage in (doc.get("per_query") or {}):
-        return doc["per_query"][stage]
-    raise SystemExit(f"error: {folder} is gone and {kept} keeps no per-query scores of it; run "
-                     f"`benchmarks/compress_embedder.py{' --variant ' + run if run else ''}` again")
+    return (doc.get("per_query") or {}).get(stage)
+
+
+def gone_error(run: str, stage: str, results: Path) -> SystemExit:
+    folder, kept = out_of(run) / stage, results / f"{name_of(run)}.json"
+    return SystemExit(f"error: {folder} is gone and {kept} keeps no per-query scores of it; run "
+                      f"`benchmarks/compress_embedder.py{' --variant ' + run if run else ''}` again")
 
 
 def against_main(main: Path, out: Path, variant: str) -> dict:
     """A variant's models paired per query with the main run's models of the same stage (the question is
     the variant against the main run, which two intervals to the unpruned model do not answer)."""
-    found, base = {}, labels_of(base_of(variant))
-    for stage, main_label in (("eval", "drop + distill"), ("eval-drop", "drop only")):
-        label = VARIANTS[variant]["rows"].get(main_label)
-        if label is None:      # the variant shares this model with the run it is compared to
-            continue
-        found[label] = {"against": base[main_label], "trained": stage == "eval", **paired(main / stage, out / stage)}
-    return found
+    base = labels_of(base_of(variant))
+    return {VARIANTS[variant]["rows"][main_label]: {"against": base[main_label], "trained": stage == "eval",
+                                                    **paired(main / stage, out / stage)}
+            for stage, main_label in main_pairs(variant)}
 
 
-def versus(out: Path, variant: str, results: Path) -> dict:
+def main_pairs(variant: str) -> list[tuple[str, str]]:
+    """(eval stage, the main run's row label) of each model the variant has its own of; a model it shares with
+    the run it is compared to is left out."""
+    return [(stage, label) for stage, label in (("eval", "drop + distill"), ("eval-drop", "drop only"))
+            if VARIANTS[variant]["rows"].get(label) is not None]
+
+
+def versus(out: Path, variant: str, results: Path, before: dict) -> dict:
     """The variant's trained model − each ``versus`` run's (trained at the same seed), paired per query; keyed
-    by that run."""
+    by that run. A run with neither its folder nor kept scores keeps the pairing in ``before`` (results kept
+    earlier of this very model), if any."""
     label = VARIANTS[variant]["rows"]["drop + distill"]
-    return {run: {"label": label, "against": labels_of(run)["drop + distill"], "run": run,
-                  **paired(eval_results(run, "eval", results), out / "eval")} for run in VARIANTS[variant]["versus"]}
+    found = {}
+    for run in VARIANTS[variant]["versus"]:
+        other = eval_results(run, "eval", results)
+        if other is None and run not in before:
+            raise gone_error(run, "eval", results)
+        found[run] = before[run] if other is None else {
+            "label": label, "against": labels_of(run)["drop + distill"], "run": run, **paired(other, out / "eval")}
+    return found
 
 
 def report_rows(variant: str) -> dict:

@@ -463,12 +463,42 @@ def test_a_run_pairs_with_another_whose_folder_is_gone_through_its_kept_scores(t
     ce.collect({}, ce.out_of("slim-lora"), results, "slim-lora")
     again = json.loads((results / "compress_embedder_slim-lora.json").read_text())["versus"]["distill-lora"]
     assert again == first and first["mean_delta"]["low"] > 0 and first["against"] == "drop + distill (LoRA)"
-    # neither the folder nor kept scores: one clear error, the results left as they were
+    # neither the folder nor kept scores: the pairing kept when this very model was collected before stays
     doc = json.loads((results / "compress_embedder_distill-lora.json").read_text())
     del doc["per_query"]
     (results / "compress_embedder_distill-lora.json").write_text(json.dumps(doc))
-    before = (results / "compress_embedder_slim-lora.json").read_text()
+    ce.collect({}, ce.out_of("slim-lora"), results, "slim-lora")
+    kept = json.loads((results / "compress_embedder_slim-lora.json").read_text())
+    assert kept["versus"]["distill-lora"] == first
+    assert kept["paired_before"] == {"versus": {"runs": ["distill-lora"], "code_version": kept["code_version"]}}
+    # ... but not when the model differs from the one kept: one clear error, the results left as they were
+    kept["report"]["rows"][1]["tasks"]["financebench"]["score"] += 0.01
+    before = json.dumps(kept)
+    (results / "compress_embedder_slim-lora.json").write_text(before)
     with pytest.raises(SystemExit, match="keeps no per-query scores of it; run `benchmarks/compress_embedder.py "
                                          "--variant distill-lora` again"):
         ce.collect({}, ce.out_of("slim-lora"), results, "slim-lora")
     assert (results / "compress_embedder_slim-lora.json").read_text() == before
+
+
+def test_a_rerun_of_the_same_model_keeps_its_pairing_with_a_main_run_that_is_gone(tmp_path, monkeypatch):
+    """distill-lora run again once the main run's folder is gone: its models score as the kept ones did after
+    the same training, so the pairing with the main run kept then still holds; another model gets none."""
+    import shutil
+
+    runs = {"": (0.5, 0.2), "infonce": (0.55, 0.2), "distill-lora": (0.6, 0.2)}
+    results = _runs(tmp_path, monkeypatch, runs, dict.fromkeys(runs, 42))
+    first = json.loads((results / "compress_embedder_distill-lora.json").read_text())
+    assert "paired_before" not in first and set(first["against_main"]) == {"drop + distill (LoRA)"}
+    shutil.rmtree(ce.OUT)
+    shutil.rmtree(ce.out_of("infonce"))
+    again = json.loads(ce.collect({}, ce.out_of("distill-lora"), results, "distill-lora").read_text())
+    assert again["against_main"] == first["against_main"] and again["versus"] == first["versus"]
+    assert again["paired_before"]["against_main"] == first["code_version"]
+    assert "versus" not in again["paired_before"]          # infonce's kept per-query scores pair it afresh
+    section = render.render(results, tmp_path / "RESULTS.md")
+    assert "  - Its pairing with the main run was computed when these same models were first collected" in section
+    log = ce.out_of("distill-lora") / "distill" / "log.jsonl"
+    log.write_text(log.read_text().replace('"loss": 0.25', '"loss": 0.26'))
+    with pytest.raises(Exception, match="compress-embedder/eval"):
+        ce.collect({}, ce.out_of("distill-lora"), results, "distill-lora")

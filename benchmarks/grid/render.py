@@ -519,6 +519,13 @@ def render_compress(results: Path, md: Path) -> list[str]:
                        f"{interval(a['mean_delta'])}"
                        + ((" (the same plan, another seed: the spread between seeds)." if another_seed(v, base)
                            else " (one training seed: not a verdict).") if a.get("trained") else " (no training)."))
+        before = v.get("paired_before") or {}
+        if before:
+            runs = (["the main run"] if "against_main" in before else []) + [
+                f"*{x}*" for x in (before.get("versus") or {}).get("runs", [])]
+            out.append(f"  - Its pairing with {' and '.join(runs)} was computed when these same models were first "
+                       "collected (same training losses and in-run scores, same score on every task); that run's "
+                       "evaluation is gone from out/ since and kept no per-query scores.")
     out += recovery_lines(d, variants) + comparison_lines(d, variants) + target_lines(d, variants, ref)
     out.append("")
     for r in table["rows"]:
