@@ -142,7 +142,7 @@ def recipe_command(recipe: Path, out: Path, params: dict | None = None, sets: di
         return str(p.relative_to(REPO) if p.is_relative_to(REPO) else p)
 
     def value(v) -> str:
-        return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+        return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), ensure_ascii=False)
 
     return ["dsprune", "run", "--recipe", rel(recipe),
             *(["--param", *[f"{k}={v}" for k, v in params.items()]] if params else []),

@@ -20,8 +20,10 @@ read no seed, hard-linked from the first run) and keeps ``gaprune_embedder_seed4
 needs both seeds. ``--calibration 1`` draws the calibration triplets again (seed 1 of the sample, dai and
 dai-ref stages) into ``out/recipes/gaprune-embedder-calib1`` and keeps Table 1 of that draw as
 ``gaprune_embedder_calib1.json``: the masks that read no triplets (magnitude, Wanda, random) and the unpruned
-model's evaluation are the first run's stages, and a one-shot verdict needs both draws. ``--only STAGE ...`` runs
-those stages and collects nothing, to split a long run over sittings.
+model's evaluation are the first run's stages where its folder is still there, and a one-shot verdict needs both
+draws; ``--without dai-ref`` leaves the authors'-code DAI run (statistics, mask, evaluation, row) out of a draw
+that must fit in less time. ``--only STAGE ...`` runs those stages and collects nothing, to split a long run over
+sittings.
 """
 from __future__ import annotations
 
@@ -90,9 +92,32 @@ def reads_calibration() -> set[str]:
     return downstream(load_recipe(RECIPE)[1], set(CALIBRATION))
 
 
-def command(params: dict, part: str = "all", out: Path = OUT, draw: int = 0) -> list[str]:
-    cmd = recipe_command(RECIPE, out, params, calibration_sets(draw))
-    return cmd + ["--only", *oneshot_stages()] if part == "oneshot" else cmd
+def left_out(without: tuple[str, ...]) -> set[str]:
+    """The stages a draw run ``without`` some DAI statistics runs skips: those runs and what reads them, except
+    Table 1's report, which is told to leave their rows out (``without_sets``)."""
+    from dsprune.recipe import downstream, load_recipe
+
+    return downstream(load_recipe(RECIPE)[1], set(without)) - {"report-oneshot"} if without else set()
+
+
+def without_sets(without: tuple[str, ...]) -> dict:
+    """``--set`` values for Table 1's report with the rows of the left-out stages removed."""
+    if not without:
+        return {}
+    from dsprune.recipe import load_recipe
+
+    doc, _ = load_recipe(RECIPE)
+    args = next(s for s in doc["stages"] if s["name"] == "report-oneshot")["args"]
+    gone = left_out(without)
+    kept = [(r, label) for r, label in zip(args["results"], args["labels"]) if r[2:-1] not in gone]
+    return {"report-oneshot.results": [r for r, _ in kept], "report-oneshot.labels": [label for _, label in kept]}
+
+
+def command(params: dict, part: str = "all", out: Path = OUT, draw: int = 0,
+            without: tuple[str, ...] = ()) -> list[str]:
+    cmd = recipe_command(RECIPE, out, params, {**calibration_sets(draw), **without_sets(without)})
+    gone = left_out(without)
+    return cmd + ["--only", *(s for s in oneshot_stages() if s not in gone)] if part == "oneshot" else cmd
 
 
 def share_oneshot(out: Path, draw: int = 0) -> None:
@@ -222,19 +247,23 @@ def retrain_losses(out: Path) -> dict:
     return found
 
 
-def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: str = NAME, draw: int = 0) -> Path:
+def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: str = NAME, draw: int = 0,
+            without: tuple[str, ...] = ()) -> Path:
     """``part`` oneshot keeps Table 1 with ``retrained`` None: the retraining stages need not have run. ``draw``:
-    the calibration draw the run's masks came from."""
+    the calibration draw the run's masks came from; ``without``: the DAI statistics runs it left out."""
     model = params.get("model", "embeddinggemma-300m")
+    gone = left_out(without)
     doc = {"title": f"GAPrune Tables 1 and 2 on a trained embedder ({model}): 50 % of the MLP weights, one-shot "
                     "and retrained on FinanceBench train",
-           **collect_recipe(RECIPE, params, out, command(params, part, out, draw), "benchmarks/gaprune_embedder.py",
-                            report="report-oneshot", only=oneshot_stages() if part == "oneshot" else None)}
+           **collect_recipe(RECIPE, params, out, command(params, part, out, draw, without),
+                            "benchmarks/gaprune_embedder.py", report="report-oneshot",
+                            only=[s for s in oneshot_stages() if s not in gone] if part == "oneshot" else None)}
     doc["part"] = part
     doc["calibration"] = draw
     if draw:
-        doc["calibration_stages"] = sorted(reads_calibration() & set(oneshot_stages()))
+        doc["calibration_stages"] = sorted(reads_calibration() & set(oneshot_stages()) - gone)
         doc["shared_stages"] = shared_with_first(out)
+        doc["without"] = sorted(without)
     doc["retrained"] = (None if part == "oneshot" else
                         formats.read_json(out / "report-retrain" / "report.json", "retraining report"))
     doc["retraining"] = None
@@ -245,7 +274,7 @@ def collect(params: dict, out: Path, results: Path, part: str = "all", keep_as: 
         ranks = {s.name: s.num_gpus for s in load_recipe(RECIPE, params=params)[1]}["retrain-full"]
         doc["retraining"] = {**{k: control.get(k) for k in RETRAINING}, "ranks": ranks}
     doc["dai"] = {}
-    for run in DAI_RUNS:
+    for run in (r for r in DAI_RUNS if r not in gone):
         man = formats.read_json(out / run / "manifest.json", "dai manifest")
         doc["dai"][run] = {"config": {k: man["config"].get(k) for k in
                                       ("alignment", "variant", "fisher_batch", "grad_batch", "temperature",
@@ -282,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="another draw of the calibration triplets (seed N of the sample, dai and dai-ref stages; "
                          "0 is the recipe's): Table 1 only, beside the first run, sharing its stages that read no "
                          "calibration")
+    ap.add_argument("--without", nargs="+", default=(), choices=[r for r in DAI_RUNS if r != "dai"],
+                    metavar="RUN", help="with --calibration: leave these DAI statistics runs out of the draw (their "
+                                        "masks, evaluations and Table 1 rows), to fit a draw in less time")
     ap.add_argument("--only", nargs="+", default=None, metavar="STAGE",
                     help="run only these stages now and collect nothing: a long run in pieces (finished stages "
                          "are reused by the next run)")
@@ -297,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     part = a.part or ("oneshot" if a.calibration else "all")
     if another and part == "oneshot":
         ap.error("--part oneshot reads no training seed: the one-shot table is the first run's")
+    if a.without and not a.calibration:
+        ap.error("--without leaves DAI runs out of a calibration draw: it needs --calibration N")
+    without = tuple(a.without)
     if a.only and a.collect:
         ap.error("--only runs stages and collects nothing; --collect collects and runs nothing")
     out, name = run_of(a.seed, a.calibration)
@@ -306,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         if another or a.calibration:
             share_oneshot(out, a.calibration)
         share_unpruned_eval(out)
-        cmd = command(params, part, out, a.calibration)
+        cmd = command(params, part, out, a.calibration, without)
         if a.only:
             cmd = cmd[:cmd.index("--only")] if "--only" in cmd else cmd
             cmd += ["--only", *a.only]
@@ -315,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
                            "about 6 h on 2 CPU cores; " if part == "all" else "Table 1 only; ")
         if a.only:
             return 0
-    dest = collect(params, out, Path(a.results), part, name, a.calibration)
+    dest = collect(params, out, Path(a.results), part, name, a.calibration, without)
     doc = formats.read_json(dest, "results")
     print(compare.markdown(doc["report"]))
     if doc["retrained"] is not None:

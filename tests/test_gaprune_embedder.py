@@ -380,3 +380,45 @@ def test_a_draw_over_other_tasks_gets_a_verdict_per_shared_task_and_names_its_ro
         (ge.link_finished_stage if stage.name in ("prune-magnitude", "eval-magnitude") else
          lambda a, b: shutil.copytree(a, b))(stage, linked / stage.name)
     assert ge.shared_with_first(linked) == ["eval-magnitude", "prune-magnitude"]
+
+
+def test_a_draw_can_leave_a_dai_run_out_and_table_1_renders_without_its_row(tmp_path, monkeypatch, tiny_dirs):
+    """A draw that skips the authors'-code DAI run (to fit in less time) runs and keeps the rest; its mask gets a
+    one-shot line from draw 0 alone, no verdict."""
+    from dsprune.recipe import parse_sets
+
+    cmd = ge.command({}, "oneshot", draw=1, without=("dai-ref",))
+    only = cmd[cmd.index("--only") + 1:]
+    assert "report-oneshot" in only and not [s for s in only if "dai-ref" in s]
+    sets = cmd[cmd.index("--set") + 1:cmd.index("--out")]
+    _, stages = load_recipe(ge.RECIPE, parse_sets(sets))
+    report = next(s for s in stages if s.name == "report-oneshot").args
+    assert "${eval-dai-ref}" not in report["results"] and "DAI (authors' code)" not in report["labels"]
+    assert len(report["results"]) == len(report["labels"]) == 9 and "DAI (paper), ε = 1e-30" in report["labels"]
+    with pytest.raises(SystemExit):
+        ge.main(["--without", "dai-ref", "--collect"])
+
+    monkeypatch.setattr(ge, "OUT", tmp_path / "out")
+    model = tiny_dirs["llama"]
+    out, results = _fake_run(tmp_path, model, retrained=False), tmp_path / "results"
+    ge.collect({"model": str(model)}, out, results, "oneshot")
+    draw = tmp_path / "out-calib1"
+    shutil.copytree(out, draw)
+    for name in ("dai-ref", "prune-dai-ref", "export-dai-ref", "eval-dai-ref"):
+        shutil.rmtree(draw / name)
+    names = ["full", *(m for m in METHODS if m != "dai-ref"), *ONESHOT_ONLY]
+    entries = compare.load_entries([str(draw / f"eval-{n}") for n in names], [], names)
+    (draw / "report-oneshot" / "report.json").write_text(json.dumps(compare.compare(entries)))
+    doc = json.loads(ge.collect({"model": str(model)}, draw, results, "oneshot", "gaprune_embedder_calib1", 1,
+                                ("dai-ref",)).read_text())
+    assert doc["without"] == ["dai-ref"] and set(doc["dai"]) == {"dai"} and "dai-ref" not in doc["dai_against"]["oneshot"]
+    assert "eval-dai-ref" not in doc["calibration_stages"] and "eval-dai" in doc["calibration_stages"]
+    section = render.render(results, tmp_path / "RESULTS.md")
+    section = section[section.index("## GAPrune Tables 1 and 2 on a trained embedder"):]
+    assert "; left out of this draw, to fit it in less time: `dai-ref` (DAI (authors' code): its statistics, mask, " \
+           "evaluation and row))" in section
+    line = next(x for x in section.splitlines() if x.startswith("- DAI (authors' code) − magnitude: "))
+    assert line.startswith("- DAI (authors' code) − magnitude: one-shot, calibration draw 0 only: mean ")
+    assert "erdict" not in line
+    line = next(x for x in section.splitlines() if x.startswith("- DAI (paper) − magnitude: "))
+    assert "One-shot on the mean: Verdict (2 calibration draws" in line

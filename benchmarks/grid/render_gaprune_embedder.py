@@ -83,6 +83,8 @@ def against_lines(d: dict, runs: list[dict], draws: list[dict] = ()) -> list[str
                 line = (f"- {names[0]} − {names[1]}: one-shot, " + "; ".join(
                     f"calibration draw {n}: {pair_words(y)}" for n, y in shots) + ". "
                     + mean_and_domain([y for _, y in shots], names, "One-shot on", unit=DRAWS))
+            elif many and shots:     # a draw that left this DAI run out: no second draw to agree with
+                line = f"- {names[0]} − {names[1]}: one-shot, calibration draw {shots[0][0]} only: {pair_words(x)}"
             retrained = [(r["retraining"]["seed"], ((r.get("dai_against") or {}).get("retrained") or {})
                           .get(dai, {}).get(base)) for r in runs]
             retrained = [(seed, y) for seed, y in retrained if y and y.get("mean_delta")]
@@ -178,6 +180,9 @@ def draw_tables(draws: list[dict]) -> list[str]:
         if r["report"]["tasks"] != draws[0]["report"]["tasks"]:
             origin += (f"; evaluated on {', '.join(r['report']['tasks'])} only (the recipe's `tasks` param), so its "
                        "mean is over other tasks than draw 0's")
+        if r.get("without"):
+            origin += ("; left out of this draw, to fit it in less time: " + ", ".join(
+                f"`{n}` ({LABEL.get(n, n)}: its statistics, mask, evaluation and row)" for n in r["without"]))
         out += ["", f"**One-shot, calibration draw {r['calibration']}** (the triplets drawn again with seed "
                     f"{r['calibration']}; `{r['command']}`, {r['code_version']}; drawn anew: {anew or '?'}; "
                     f"{origin})", "", compare.markdown(r["report"])]
