@@ -365,13 +365,13 @@ def test_a_draw_over_other_tasks_gets_a_verdict_per_shared_task_and_names_its_ro
     head = next(x for x in section.splitlines() if x.startswith("**One-shot, calibration draw 1**"))
     # the fake report's labels are the stage names
     assert "the other rows read no triplets; all run again in this draw's folder; the same models as draw 0's, " \
-           "scoring alike on every task both evaluate: full, dai-ref, magnitude," in head
-    assert "; other models or scores: dai;" in head
+           "scoring alike on every task both evaluate: *full*, *dai-ref*, *magnitude*," in head
+    assert "; other models or scores: *dai*;" in head
     assert "evaluated on scifact_small, financebench, msmarco_trecdl_subset only (the recipe's `tasks` param)" in head
     line = next(x for x in section.splitlines() if x.startswith("- DAI (paper) − magnitude: one-shot, "))
     assert "One-shot on the mean: none, the calibration draws average over different tasks. One-shot on " \
            "financebench: Verdict (2 calibration draws, every interval above 0): DAI (paper) keeps more. " \
-           "One-shot on scifact_small: Verdict (2 calibration draws" in line
+           "One-shot on scifact_small (+" in line and "]): Verdict (2 calibration draws" in line
     assert "msmarco_trecdl_subset: Verdict" not in line
     # a draw that took its other rows from the first run's folders says so
     linked = tmp_path / "out-calib2"

@@ -52,8 +52,9 @@ def mean_and_domain(pairs: list[dict], names: tuple[str, str], lead: str, after:
     else:
         words = f"{lead} the mean: none, the {unit[1]} average over different tasks."
         each = sorted(shared, key=lambda t: t != DOMAIN)
-    for task in each:
-        words += f" {lead} {task}: " + verdict([y["tasks"][task] for y in pairs], len(pairs),
+    for task in each:          # the domain's intervals are on the line already; another task's are not
+        shown = "" if task == DOMAIN else f" ({'; '.join(compare.interval(y['tasks'][task]) for y in pairs)})"
+        words += f" {lead} {task}{shown}: " + verdict([y["tasks"][task] for y in pairs], len(pairs),
                                                f"{names[0]} keeps more", f"{names[1]} keeps more", unit)
     return words
 
@@ -202,8 +203,11 @@ def same_models(first: dict, report: dict) -> str:
         alike = row["fingerprint"] == was["fingerprint"] and all(
             row["tasks"][t]["score"] == was["tasks"][t]["score"] for t in tasks)
         (same if alike else other).append(row["label"])
-    return (f"the same models as draw 0's, scoring alike on every task both evaluate: {', '.join(same) or 'none'}"
-            + (f"; other models or scores: {', '.join(other)}" if other else ""))
+    def names(labels: list[str]) -> str:      # labels hold commas themselves
+        return ", ".join(f"*{x}*" for x in labels) or "none"
+
+    return (f"the same models as draw 0's, scoring alike on every task both evaluate: {names(same)}"
+            + (f"; other models or scores: {names(other)}" if other else ""))
 
 
 def alone_lines(runs: list[dict]) -> list[str]:
