@@ -177,7 +177,7 @@ def draw_tables(draws: list[dict]) -> list[str]:
         shared = ", ".join(f"`{n}`" for n in r.get("shared_stages") or [])
         origin = ("the other rows read no triplets; " + (f"taken from the first run's folders: {shared}" if shared
                                                          else "all run again in this draw's folder")
-                  + "; " + same_models(draws[0]["report"], r["report"]))
+                  + "; " + as_draw_0(draws[0]["report"], r["report"]))
         if r["report"]["tasks"] != draws[0]["report"]["tasks"]:
             origin += (f"; evaluated on {', '.join(r['report']['tasks'])} only (the recipe's `tasks` param), so its "
                        "mean is over other tasks than draw 0's")
@@ -190,7 +190,7 @@ def draw_tables(draws: list[dict]) -> list[str]:
     return out
 
 
-def same_models(first: dict, report: dict) -> str:
+def as_draw_0(first: dict, report: dict) -> str:
     """Which rows of ``report`` hold the very model of the first draw's table (the same fingerprint) and score as
     it did on every task both evaluate: a row that reads no triplets must."""
     before = {x["label"]: x for x in first["rows"]}
@@ -203,6 +203,7 @@ def same_models(first: dict, report: dict) -> str:
         alike = row["fingerprint"] == was["fingerprint"] and all(
             row["tasks"][t]["score"] == was["tasks"][t]["score"] for t in tasks)
         (same if alike else other).append(row["label"])
+
     def names(labels: list[str]) -> str:      # labels hold commas themselves
         return ", ".join(f"*{x}*" for x in labels) or "none"
 
