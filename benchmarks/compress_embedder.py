@@ -345,8 +345,8 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
                 doc[key]["both"] = {**machine_bench(out / BOTH[key]), "stage": BOTH[key]}
     doc["recovery"] = recovery(out)
     dest = results / f"{name_of(variant)}.json"
-    before = formats.read_json(dest, "compress-embedder results") if dest.is_file() else {}
-    before = before if same_models(before, doc) else {}
+    kept = formats.read_json(dest, "compress-embedder results") if dest.is_file() else {}
+    before = kept if same_models(kept, doc) else {}
     if variant and VARIANTS[variant].get("pair_main", True):
         main = main or out_of(base_of(variant))
         if all((main / stage / formats.RESULTS).is_file() for stage, _ in main_pairs(variant)) \
@@ -356,12 +356,14 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
             doc["against_main"] = before["against_main"]
             doc.setdefault("paired_before", {})["against_main"] = before.get("code_version")
     if variant and "versus" in VARIANTS[variant]:
-        doc["versus"] = versus(out, variant, results, before.get("versus") or {})
-        carried = [run for run, x in doc["versus"].items() if x is (before.get("versus") or {}).get(run)]
+        kept_versus = before.get("versus") or {}
+        doc["versus"] = versus(out, variant, results, kept_versus)
+        carried = [run for run, x in doc["versus"].items() if x is kept_versus.get(run)]
         if carried:
-            doc.setdefault("paired_before", {})["versus"] = {"runs": carried, "code_version": before.get("code_version")}
+            doc.setdefault("paired_before", {})["versus"] = {"runs": carried,
+                                                             "code_version": before.get("code_version")}
     doc["per_query"] = {stage: kept_scores(out / stage) for stage in KEPT if (out / stage / formats.RESULTS).is_file()}
-    keep_version(doc, dest)
+    keep_version(doc, kept)
     return keep_results(doc, out, results, name_of(variant))
 
 
@@ -424,14 +426,14 @@ def plot_runs(results: Path) -> None:
         plt.close(fig)
 
 
-def keep_version(doc: dict, dest: Path) -> None:
-    """Collecting a run again whose training is the one already kept (new fields or stages added around the
-    same distillation) keeps the code version that trained it, and names the one that collected it."""
-    if dest.is_file():
-        old = formats.read_json(dest, "compress-embedder results")
-        if trained(old.get("distill")) == trained(doc["distill"]) and old.get("code_version") != doc["code_version"]:
-            doc["recollected_by"] = doc["code_version"]
-            doc["code_version"] = old.get("code_version")
+def keep_version(doc: dict, old: dict) -> None:
+    """Collecting a run again whose training is the one already kept (``old``: the results kept before, or {};
+    new fields or stages added around the same distillation) keeps the code version that trained it, and names
+    the one that collected it."""
+    if old and trained(old.get("distill")) == trained(doc["distill"]) \
+            and old.get("code_version") != doc["code_version"]:
+        doc["recollected_by"] = doc["code_version"]
+        doc["code_version"] = old.get("code_version")
 
 
 def trained(summary: dict | None) -> tuple | None:

@@ -104,12 +104,12 @@ def without_sets(without: tuple[str, ...]) -> dict:
     """``--set`` values for Table 1's report with the rows of the left-out stages removed."""
     if not without:
         return {}
-    from dsprune.recipe import load_recipe
+    from dsprune.recipe import load_recipe, reads
 
     doc, _ = load_recipe(RECIPE)
     args = next(s for s in doc["stages"] if s["name"] == "report-oneshot")["args"]
     gone = left_out(without)
-    kept = [(r, label) for r, label in zip(args["results"], args["labels"]) if r[2:-1] not in gone]
+    kept = [(r, label) for r, label in zip(args["results"], args["labels"]) if not set(reads(r)) & gone]
     return {"report-oneshot.results": [r for r, _ in kept], "report-oneshot.labels": [label for _, label in kept]}
 
 
