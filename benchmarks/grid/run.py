@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dsprune import formats
 from dsprune.errors import DsPruneError
-from dsprune.recipe import _REF, reads
+from dsprune.recipe import _REF, Stage, downstream
 from dsprune.recipe import _argv as recipe_argv
 from dsprune.recipe import run_recipe
 
@@ -38,10 +38,9 @@ def reseed(stages: list[dict], seed: int | None) -> tuple[list[dict], dict[str, 
     the untrained stages before the training are shared. Returns the stages and the renames."""
     if seed is None:
         return stages, {}
-    renamed: dict[str, str] = {}
-    for s in stages:            # in run order: a stage comes after every stage it reads
-        if s.get("launcher") == "train" or set(reads(s["args"])) & set(renamed):
-            renamed[s["name"]] = f"{s['name']}-seed{seed}"
+    trained = downstream([Stage(s["name"], s["args"]) for s in stages],
+                         {s["name"] for s in stages if s.get("launcher") == "train"})
+    renamed = {s["name"]: f"{s['name']}-seed{seed}" for s in stages if s["name"] in trained}
     out = []
     for s in stages:
         args = json.loads(_REF.sub(lambda m: "${" + renamed.get(m.group(1), m.group(1)) + "}", json.dumps(s["args"])))
