@@ -450,33 +450,33 @@ def test_every_variant_command_loads_as_a_recipe_run(variant):
 
 
 def test_a_run_pairs_with_another_whose_folder_is_gone_through_its_kept_scores(tmp_path, monkeypatch):
-    """EffiR Table 3's pair through LoRA on both sides: slim-lora against distill-lora, paired per query from
-    distill-lora's results JSON once its folder under out/ is gone."""
+    """EffiR Table 3's pair through LoRA on both sides: slim-lora against distill-lora run again (whose results
+    keep per-query scores), paired per query from that run's results JSON once its folder under out/ is gone."""
     import shutil
 
-    runs = {"": (0.5, 0.2), "infonce": (0.55, 0.2), "distill-lora": (0.6, 0.2), "slim-lora": (0.7, 0.3)}
+    runs = {"": (0.5, 0.2), "distill-lora-rerun": (0.6, 0.2), "slim-lora": (0.7, 0.3)}
     results = _runs(tmp_path, monkeypatch, runs, dict.fromkeys(runs, 42))
-    first = json.loads((results / "compress_embedder_slim-lora.json").read_text())["versus"]["distill-lora"]
-    kept = json.loads((results / "compress_embedder_distill-lora.json").read_text())["per_query"]
+    first = json.loads((results / "compress_embedder_slim-lora.json").read_text())["versus"]["distill-lora-rerun"]
+    kept = json.loads((results / "compress_embedder_distill-lora-rerun.json").read_text())["per_query"]
     assert set(kept) == {"eval", "eval-drop"} and all("per_query" in t for t in kept["eval"]["tasks"].values())
-    shutil.rmtree(ce.out_of("distill-lora"))
+    shutil.rmtree(ce.out_of("distill-lora-rerun"))
     ce.collect({}, ce.out_of("slim-lora"), results, "slim-lora")
-    again = json.loads((results / "compress_embedder_slim-lora.json").read_text())["versus"]["distill-lora"]
-    assert again == first and first["mean_delta"]["low"] > 0 and first["against"] == "drop + distill (LoRA)"
+    again = json.loads((results / "compress_embedder_slim-lora.json").read_text())["versus"]["distill-lora-rerun"]
+    assert again == first and first["mean_delta"]["low"] > 0 and first["against"] == "drop + distill (LoRA), run again"
     # neither the folder nor kept scores: the pairing kept when this very model was collected before stays
-    doc = json.loads((results / "compress_embedder_distill-lora.json").read_text())
+    doc = json.loads((results / "compress_embedder_distill-lora-rerun.json").read_text())
     del doc["per_query"]
-    (results / "compress_embedder_distill-lora.json").write_text(json.dumps(doc))
+    (results / "compress_embedder_distill-lora-rerun.json").write_text(json.dumps(doc))
     ce.collect({}, ce.out_of("slim-lora"), results, "slim-lora")
     kept = json.loads((results / "compress_embedder_slim-lora.json").read_text())
-    assert kept["versus"]["distill-lora"] == first
-    assert kept["paired_before"] == {"versus": {"runs": ["distill-lora"], "code_version": kept["code_version"]}}
+    assert kept["versus"]["distill-lora-rerun"] == first
+    assert kept["paired_before"] == {"versus": {"runs": ["distill-lora-rerun"], "code_version": kept["code_version"]}}
     # ... but not when the model differs from the one kept: one clear error, the results left as they were
     kept["report"]["rows"][1]["tasks"]["financebench"]["score"] += 0.01
     before = json.dumps(kept)
     (results / "compress_embedder_slim-lora.json").write_text(before)
     with pytest.raises(SystemExit, match="keeps no per-query scores of it; run `benchmarks/compress_embedder.py "
-                                         "--variant distill-lora` again"):
+                                         "--variant distill-lora-rerun` again"):
         ce.collect({}, ce.out_of("slim-lora"), results, "slim-lora")
     assert (results / "compress_embedder_slim-lora.json").read_text() == before
 
