@@ -183,17 +183,6 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
                                       "base": "1.15x-lora-wide", "set": {"distill.seed": 43},
                                       "rows": plan_rows("1.15×", ", wider text, seed 43", untrained=False),
                                       "share": ("plan", "drop", "eval-drop"), "versus": ("1.15x-lora-seed2",)},
-            # the distillation through LoRA again, same options and seed, for the per-query scores the first runs'
-            # results did not keep (their folders are gone); training on another CPU need not repeat to the bit, so
-            # these are runs of their own, paired with no run made before per-query scores were kept
-            "distill-lora-rerun": {"label": "distillation through LoRA, run again", "base": "distill-lora",
-                                   "pair_main": False, "set": {},
-                                   "rows": {"drop + distill": "drop + distill (LoRA), run again"},
-                                   "share": ("plan", "drop", "eval-drop")},
-            "distill-lora-seed2-rerun": {"label": "distillation through LoRA, second training seed, run again",
-                                         "base": "distill-lora-seed2", "pair_main": False, "set": {},
-                                         "rows": {"drop + distill": "drop + distill (LoRA), seed 43, run again"},
-                                         "share": ("plan", "drop", "eval-drop")},
             # EffiR Table 3's pair with the better recovery on both sides: the coarse drop + slim recovered by the
             # distillation through LoRA, ``versus`` the deeper drop recovered the same way at the same seed (the
             # runs whose models they pair must be on disk, or their results keep per-query scores)
@@ -217,6 +206,19 @@ VARIANTS["1.6x-lora-long"]["set"] = {
     "distill.distill_data": [*VARIANTS["long"]["set"]["distill.distill_data"],
                              "passages=msmarco_trecdl_subset/corpus.jsonl"]}
 VARIANTS["slim-lora"]["set"] = VARIANTS["distill-lora"]["set"]
+
+
+def rerun(variant: str) -> dict:
+    """``variant`` again, same options and seed, for the per-query scores its results did not keep (its folder is
+    gone); training on another CPU need not repeat to the bit, so it is a run of its own, paired with no run made
+    before per-query scores were kept."""
+    v = VARIANTS[variant]
+    return {"label": f"{v['label']}, run again", "base": variant, "pair_main": False, "set": {},
+            "rows": {"drop + distill": f"{v['rows']['drop + distill']}, run again"}, "share": v["share"]}
+
+
+# slim-lora and slim-lora-seed2 pair with these
+VARIANTS.update({f"{v}-rerun": rerun(v) for v in ("distill-lora", "distill-lora-seed2")})
 VARIANTS["1.15x-lora-wide"]["set"] = {
     **VARIANTS["1.15x-lora"]["set"], "distill.eval_max_length": 128,
     "distill.distill_data": VARIANTS["1.6x-lora-long"]["set"]["distill.distill_data"]}
