@@ -34,6 +34,11 @@ FIGURE = re.compile(
     r"|(?P<dec>\d+\.\d+)(?P<times>×)?(?![\d.]*\.\d)"                 # 0.513, 1.24×; not 2.13.0
     r")(?![\w.]*\w)")
 NUMBER = re.compile(r"[+\-]?\d+(?:\.\d+)?(?:[eE][+\-]?\d+)?")
+# a difference with its interval, "−0.0337 [−0.0673, −0.0000]", and a speed-up's spread over pairs, "1.12–1.18×":
+# each figure alone may be held somewhere, so the three (or two) must be held together, by one comparison or bench
+SIGNED = r"[+\-−]?\d+\.\d+"
+INTERVAL = re.compile(rf"(?<![\w.])({SIGNED})\s?\[({SIGNED}),\s?({SIGNED})\]")
+SPREAD = re.compile(r"(?<![\w.])(\d+\.\d+)–(\d+\.\d+)×")
 
 
 def prose(text: str) -> str:
@@ -90,6 +95,54 @@ def _numbers(obj, out: list) -> None:
             _numbers(v, out)
 
 
+def _groups(obj, intervals: list, spreads: list) -> None:
+    """(diff, low, high) of every paired comparison and (min, max) of every bench in ``obj``."""
+    if isinstance(obj, dict):
+        if {"diff", "low", "high"} <= obj.keys():
+            intervals.append((obj["diff"], obj["low"], obj["high"]))
+        if {"min", "max"} <= obj.keys():
+            spreads.append((obj["min"], obj["max"]))
+        for v in obj.values():
+            _groups(v, intervals, spreads)
+    elif isinstance(obj, list):
+        for v in obj:
+            _groups(v, intervals, spreads)
+
+
+@pytest.fixture(scope="module")
+def groups() -> tuple[list, list]:
+    intervals: list = []
+    spreads: list = []
+    for p in sorted(RESULTS.rglob("*.json")):
+        _groups(json.loads(p.read_text(encoding="utf-8")), intervals, spreads)
+    return intervals, spreads
+
+
+def _value(raw: str) -> tuple[float, float]:
+    """A written figure's value and half a unit of its last digit."""
+    return float(raw.replace("−", "-")), 0.5 * 10.0 ** -len(raw.split(".")[1])
+
+
+def _rounds_to(written: list[str], numbers) -> bool:
+    return all(isinstance(x, (int, float)) and abs(x - v) <= half + 1e-12
+               for (v, half), x in zip(map(_value, written), numbers))
+
+
+def ungrouped(text: str, groups: tuple[list, list]) -> list[str]:
+    """Intervals and spreads of ``text`` that no single comparison or bench holds as written (a difference may
+    be written the other way round: −diff [−high, −low])."""
+    intervals, spreads = groups
+    bad = []
+    for m in INTERVAL.finditer(text):
+        if not any(_rounds_to(list(m.groups()), t) or _rounds_to(list(m.groups()), (-t[0], -t[2], -t[1]))
+                   for t in intervals):
+            bad.append(m[0])
+    for m in SPREAD.finditer(text):
+        if not any(_rounds_to(list(m.groups()), s) for s in spreads):
+            bad.append(m[0])
+    return bad
+
+
 @pytest.fixture(scope="module")
 def held() -> list[float]:
     out: list[float] = []
@@ -132,3 +185,17 @@ def test_readme_quotes_only_committed_figures(held):
     bad = unheld(prose(README.read_text(encoding="utf-8")), held)
     assert not bad, (f"README.md quotes figures no JSON in benchmarks/results holds: {bad}. Point to "
                      "benchmarks/RESULTS.md instead, or commit the result that holds them.")
+
+
+def test_the_check_pairs_an_interval_with_its_difference_and_a_spread_with_its_bench():
+    groups = ([(-0.0337, -0.0673, -1.8e-05)], [(1.1623, 1.1749)])
+    assert ungrouped("−0.0337 [−0.0673, −0.0000] and +0.0337 [+0.0000, +0.0673]; pairs 1.16–1.17×", groups) == []
+    # each figure is held, but not together: another comparison's low end, a max rounded up
+    assert ungrouped("−0.0337 [−0.0600, −0.0000]; pairs 1.16–1.18×", groups) == ["−0.0337 [−0.0600, −0.0000]",
+                                                                                  "1.16–1.18×"]
+
+
+def test_readme_intervals_and_spreads_are_each_one_results_figures(groups):
+    bad = ungrouped(prose(README.read_text(encoding="utf-8")), groups)
+    assert not bad, (f"README.md quotes intervals or speed-up spreads that no one comparison or bench in "
+                     f"benchmarks/results holds together: {bad}")
