@@ -4,7 +4,7 @@ OOM-killed on a shared machine (a framework's own tensor counters miss allocator
 The largest such slack on CPU is glibc's: each time a large block (an activation, a gradient) is freed, glibc
 raises its mmap threshold to that block's size (up to 32 MiB), so the blocks after it come from the heap and
 stay resident when freed. Holding the threshold low returns them to the system, at the price of more page
-faults (the README and ``benchmarks/train_throughput.py`` give the figures). On a shared machine an
+faults (no committed run measures either side: the training throughput figures all hold it). On a shared machine an
 OOM-killed rank costs more, so the training and DAI entry points hold it; ``DSPRUNE_MMAP_THRESHOLD`` (bytes)
 changes the threshold, 0 keeps glibc's behaviour and its speed. ``mallopt`` has no undo, so only an entry
 point (a launcher or a command's ``run``) calls ``hold_mmap_threshold``, never a library function.

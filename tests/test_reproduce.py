@@ -347,10 +347,12 @@ def test_drop_order_shift_after_retrieval_training():
     base = {"scores": {"mlp": {"0": 0.9, "1": 0.1, "2": 0.2, "3": 0.3}}, "order": {"mlp": [1, 2, 3, 0]},
             "num_layers": 4}
     same = render.drop_order_shift(base, base, k=2)
-    assert "MLP ρ = 1.00, 2 of the first 2 shared, their mean layer 1.5" in same and "middle layer is 1.5" in same
+    assert "MLP ρ = 1.00, 2 of the first 2 shared; the trained model's first 2 at layers 1, 2 (mean 1.5)" in same
+    assert "middle layer is 1.5" in same
     tuned = {"scores": {"mlp": {"0": 0.1, "1": 0.9, "2": 0.3, "3": 0.2}}, "order": {"mlp": [0, 3, 2, 1]},
              "num_layers": 4}
-    assert "MLP ρ = -1.00, 0 of the first 2 shared, their mean layer 1.5" in render.drop_order_shift(base, tuned, k=2)
+    shifted = render.drop_order_shift(base, tuned, k=2)
+    assert "MLP ρ = -1.00, 0 of the first 2 shared; the trained model's first 2 at layers 0, 3 (mean 1.5)" in shifted
 
 
 def test_render_without_results_lists_everything_pending(tmp_path):

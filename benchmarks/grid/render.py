@@ -421,7 +421,7 @@ def render_drop_order(results: Path, md: Path) -> list[str]:
 
 def drop_order_shift(base: dict, tuned: dict, k: int = 8) -> str:
     """EffiR Figure 2a's two observations, measured: retrieval training keeps the drop order (rank correlation of
-    the scores, overlap of the first k), and later layers are the more prunable (mean index of the first k)."""
+    the scores, overlap of the first k), and later layers are the more prunable (where the first k sit)."""
     from scipy.stats import spearmanr
 
     parts = []
@@ -432,8 +432,10 @@ def drop_order_shift(base: dict, tuned: dict, k: int = 8) -> str:
         rho = spearmanr([base["scores"][kind][i] for i in layers], [scores[i] for i in layers]).statistic
         first = tuned["order"][kind][:k]
         shared = len(set(first) & set(base["order"][kind][:k]))
-        parts.append(f"{formats.SCORE_GROUPS.get(kind, kind)} ρ = {rho:.2f}, {shared} of the first {k} shared, their mean layer "
-                     f"{sum(first) / len(first):.1f}")
+        # the layers themselves, not only their mean: first candidates at both ends of the stack average to its middle
+        parts.append(f"{formats.SCORE_GROUPS.get(kind, kind)} ρ = {rho:.2f}, {shared} of the first {k} shared; the "
+                     f"trained model's first {k} at layers {', '.join(map(str, sorted(first)))} "
+                     f"(mean {sum(first) / len(first):.1f})")
     n = tuned.get("num_layers") or len(next(iter(tuned["scores"].values())))
     return ("**After retrieval training** (`base-score` → `dense-score`; EffiR: the pattern stays, later layers "
             "are the more prunable): " + "; ".join(parts) + f" (the middle layer is {(n - 1) / 2:.1f}).")
