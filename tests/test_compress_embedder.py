@@ -337,8 +337,8 @@ def test_two_variants_paired_at_each_seed_give_their_own_verdict(tmp_path, monke
     m["config"].update(lora=True, lora_r=32, lora_alpha=64)
     manifest.write_text(json.dumps(m))
     ce.collect({}, ce.out_of("distill-lora-seed2"), results, "distill-lora-seed2")
-    assert "then the same distillation through LoRA r=32 α=64 instead of full parameters (4 steps, seed 43)" \
-        in render.render(results, tmp_path / "RESULTS.md")
+    assert ("then the distillation on the same text through LoRA r=32 α=64 instead of full parameters (4 steps, "
+            "seed 43)") in render.render(results, tmp_path / "RESULTS.md")
     # without the second seed's run, its pairing with the InfoNCE run is one seed: no verdict
     (results / "compress_embedder_distill-lora-seed2.json").unlink()
     assert "every interval below 0): drop + InfoNCE LoRA is better" not in render.render(results,

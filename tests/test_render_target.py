@@ -5,8 +5,9 @@ from benchmarks.grid.render_seeds import target_lines
 REF = {"label": "unpruned", "mean": 0.8, "model": "models/gemma"}
 
 
-def _run(name, seed, low, doc=3.0, query=3.0, base=None, model="out/run/distill/model"):
-    row = {"label": "drop + distill + bf16", "model": model, "speed": {"document": doc, "query": query},
+def _run(name, seed, low, doc=3.0, query=3.0, base=None, model="out/run/distill/model", fingerprint="ab12+bfloat16"):
+    row = {"label": "drop + distill + bf16", "model": model, "fingerprint": fingerprint,
+           "speed": {"document": doc, "query": query},
            "mean_delta": {"diff": low + 0.01, "low": low, "high": low + 0.02}}
     variant = {"name": name, "report_rows": {"drop + distill + bf16": "1.1× plan + bf16"}}
     if base is not None:
@@ -52,6 +53,10 @@ def test_a_kept_row_names_a_task_every_seed_loses_and_a_speed_the_pruning_does_n
     line = target_lines(MAIN, [a, b], REF)[1]
     assert "Below the unpruned model on msmarco in every seed: " in line and "on fin" not in line
     assert "The pruning's FLOP ratio is 1.10×: the rest of the speed-up is the number format's." in line
+    # a row in the format it trained in, faster than its FLOP ratio: no number format to credit
+    a, b = (_with(_run(n, s, bar + 0.01, base=base, fingerprint="ab12"), 1.1, {"fin": 0.01})
+            for n, s, base in (("float", 42, None), ("float-seed2", 43, "float")))
+    assert "The pruning's FLOP ratio is 1.10×: the measured speed-up exceeds it." in target_lines(MAIN, [a, b], REF)[1]
     pruned = _with(_run("deep", 42, bar + 0.01), 2.5, {"msmarco": 0.01})
     line = target_lines(MAIN, [pruned, _with(_run("deep-seed2", 43, bar + 0.01, base="deep"), 2.5,
                                              {"msmarco": -0.01})], REF)[1]

@@ -58,7 +58,8 @@ def test_collect_and_render(tmp_path):
     assert pair["high"] < 0          # attention at k2 (0.5) kept less than MLPs at k2 (0.75)
     text = render.render(results, tmp_path / "RESULTS.md")
     section = text[text.index("## EffiR Table 1 on a trained embedder"):text.index("## Provenance")]
-    assert "2 attention layers against 2 MLPs: dropping MLPs keeps more than dropping attention layers" in section
+    assert "2 attention layers against 2 MLPs: dropping these MLPs keeps more than dropping these attention layers" \
+        in section
     line = next(x for x in section.splitlines() if x.startswith("- 2 attention layers against 2 MLPs"))
     per_task = doc["pairs"]["attn-k2 vs mlp-k2"]["tasks"]
     assert f"financebench {compare.interval(per_task['financebench']['delta'])}" in line.split("(per task: ")[1]

@@ -31,7 +31,7 @@ from .render_table1 import render_table1
 from .render_throughput import render_throughput
 from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
                    HEADLINE_TASK, MODEL_NOTE, RECOVERY_PAIRS, ROWS, SCALED, TABLES, Table)
-from .section import groups_of, section_result, training_seeds
+from .section import groups_of, section_result, training_seed_list, training_seeds
 
 RESULTS = REPO / "benchmarks" / "results"       # one JSON per finished row, and the figures RESULTS.md shows
 RESULTS_MD = REPO / "benchmarks" / "RESULTS.md"
@@ -225,8 +225,9 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
         for t in tasks:
             if pq("dense", t) and pq("untrained", t):
                 d = paired_bootstrap(pq("dense", t), pq("untrained", t), 2000, 0)
-                verdict = ("clearly better (interval above 0; one training run, its seed not kept)" if d["low"] > 0
-                           else "NOT clearly better")
+                seed = (training_seed_list(docs["dense"]) or ["not kept"])[0]   # the row's own run: its scores
+                runs = "one training run, its seed not kept" if seed == "not kept" else f"one training run, seed {seed}"
+                verdict = f"clearly better (interval above 0; {runs})" if d["low"] > 0 else "NOT clearly better"
                 lines.append(f"- dense − untrained on {t}: {interval(d)}: "
                              f"{verdict}.")
     else:
@@ -255,7 +256,8 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
     for a, b, question in RECOVERY_PAIRS:
         if a in docs and b in docs:
             diff = structure_difference(docs[a], docs[b])
-            lines.append(f"- {question}: the two models have the same structure (dropped sub-layers, MLP widths)."
+            lines.append(f"- {question}: the two models have the same structure (dropped sub-layers, MLP widths; "
+                         "which neurons a mask keeps is not compared)."
                          if not diff else f"- {question}: **the two models differ in {', '.join(diff)}**, so more "
                          "than the recovery differs between them.")
     seconds = {r: training_time(docs[r]) for a, b, _ in RECOVERY_PAIRS for r in (a, b) if r in docs}
@@ -285,15 +287,17 @@ def render_checks(docs: dict, tasks: list[str], results: Path) -> list[str]:
                      "`benchmarks/train_collapse.py` shows how (loss against ln N, passage cosine).")
     budgets = {r: training_steps(docs[r]) for r in docs if r.startswith(("t2-", "effir", "sd-"))}
     if budgets:
-        lines.append("- training steps (Table 2 / EffiR rows; EffiR's are slimming + training): "
+        lines.append("- training steps (Table 2, EffiR and self-distilled rows; a slimmed row's are slimming + its "
+                     "training or distillation): "
                      + ", ".join(f"{r} {s}" for r, s in budgets.items()) + ".")
     dense_fp = (docs.get("dense") or {}).get("model_fingerprint")
     stale = [r for r, d in docs.items() if dense_fp and (d.get("inputs") or {}).get("dense", {}).get("fingerprint")
              not in (None, dense_fp)]
     if stale:
         theirs = sorted({docs[r]["inputs"]["dense"]["fingerprint"][:8] for r in stale})
-        lines.append(f"- **warning**: {', '.join(stale)} used a different dense model ({', '.join(theirs)}) than "
-                     f"the dense row ({dense_fp[:8]}), so their intervals against it compare two dense models. "
+        lines.append(f"- **warning**: {', '.join(stale)} {'was' if len(stale) == 1 else 'were'} made from (trained "
+                     f"or distilled from) dense model {', '.join(theirs)}, not the dense row ({dense_fp[:8]}): the "
+                     "reference their intervals are against is not the model they were built from. "
                      "`--force` reruns them on whatever dense model the grid's inputs then hold, which need not be the "
                      "dense row's either; the intervals pair only rows made from one dense model, so rerun the dense "
                      "row and these rows together.")
@@ -360,15 +364,19 @@ def render(results: Path, md: Path) -> str:
             out.append(f"- **{r}** ({d.get('code_version')}, {fmt_minutes(d)} min of "
                        f"stages, {d.get('wall_seconds', 0) / 60:.0f} min in its last run): `{d.get('command')}`")
             out += [f"  - `{s['command']}`" for s in d.get("stages", [])]
-            staged = {s.get("name") for s in d.get("stages", [])}
-            out += [f"  - training `{name}`: its command and code version are not kept"
-                    for name in d.get("training") or {} if name not in staged]
+            out += [f"  - training `{name}`: its command and code version are not kept" for name in unkept(d)]
             for seed, sd in (d.get("other_seeds") or {}).items():
                 out.append(f"  - seed {seed} ({sd.get('code_version')}, {fmt_minutes(sd)} min of stages): "
                            f"`{sd.get('command')}`")
     text = "\n".join(out).rstrip() + "\n"
     formats.write_text(md, text)
     return text
+
+
+def unkept(doc: dict) -> list[str]:
+    """The row's training stages whose command (and so code version and options) the row does not keep."""
+    staged = {s.get("name") for s in doc.get("stages", [])}
+    return [name for name in doc.get("training") or {} if name not in staged]
 
 
 def learning_rates(docs: dict) -> list[str]:
@@ -391,7 +399,10 @@ def learning_rates(docs: dict) -> list[str]:
             rates.setdefault(key, set()).add(r)
     if not rates:
         return []
-    return ["- learning rate of every training stage, by what it trains, from the rows' commands: " + "; ".join(
+    # a training whose command a row does not keep (the dense row's) cannot be read, so the count leaves it out
+    unread = sorted(r for r, d in docs.items() if unkept(d))
+    return ["- learning rate of every training stage whose command a row keeps, by what it trains"
+            + (f" (not kept: {', '.join(unread)}; *Provenance*)" if unread else "") + ": " + "; ".join(
         f"{what} {lr} in {len(rows)} row{'s' if len(rows) > 1 else ''}" for (what, lr), rows in rates.items())
         + " (EffiR, Appendix A.2: LoRA at 1e-4)"]
 
@@ -516,11 +527,14 @@ def render_compress(results: Path, md: Path) -> list[str]:
                        "corpus the tables evaluate on, the student has seen its documents, never its test queries or "
                        "labels.")
         out += precision_lines(v, "  - ")
+        # a slimmed model's mask comes from gates trained on the task: no recovery, but not no training
+        untrained = (" (no recovery training; its mask comes from slimming gates trained on labelled groups, one run: "
+                     "not a verdict)." if vp.get("slim_ratio") else " (no training).")
         for label, a in (v.get("against_main") or {}).items():
             out.append(f"  - {label} − {a['against']}, paired per query, mean over the tasks: "
                        f"{interval(a['mean_delta'])}"
                        + ((" (the same plan, another seed: the spread between seeds)." if another_seed(v, base)
-                           else " (one training seed: not a verdict).") if a.get("trained") else " (no training)."))
+                           else " (one training seed: not a verdict).") if a.get("trained") else untrained))
         before = v.get("paired_before") or {}
         if before:
             runs = (["the main run"] if "against_main" in before else []) + [
@@ -634,6 +648,11 @@ def precision_lines(doc: dict, bullet: str) -> list[str]:
     return out
 
 
+# distillation settings besides loss, trained parameters, text, steps and seed that a variant may change
+RECOVERY_SETTINGS = ("learning_rate", "per_device_batch_size", "group_size", "passage_max_length",
+                     "query_max_length", "eval_max_length")
+
+
 def recovery_of(v: dict, main: dict) -> str:
     """How a variant recovered its pruned model: the main run's distillation, or its own training."""
     dist, cfg, main_cfg = v["distill"], v["distill"]["config"], main["distill"]["config"]
@@ -641,9 +660,12 @@ def recovery_of(v: dict, main: dict) -> str:
     if (cfg.get("mode") or "distill") == (main_cfg.get("mode") or "distill"):
         how = "" if lora == trained_params(main_cfg) else f" through {lora} instead of {trained_params(main_cfg)}"
         own, main_text = text_sources(v), text_sources(main)
-        what = ("the same distillation" if own == main_text else
+        what = ("the distillation on the same text" if own == main_text else
                 "the distillation on more text" if set(main_text) <= set(own) else "the distillation on other text")
-        return f"{what}{how} ({dist['steps']} steps, seed {cfg.get('seed')})"
+        # the settings the summary keeps that differ from the main run's are named (the variant's own options, the
+        # number format among them, stand at the head of its line)
+        other = [f"{k} {cfg[k]}" for k in RECOVERY_SETTINGS if k in cfg and k in main_cfg and cfg[k] != main_cfg[k]]
+        return f"{what}{how} ({dist['steps']} steps, seed {cfg.get('seed')}{''.join(', ' + x for x in other)})"
     return (f"{v['variant'].get('recovery', cfg.get('mode'))} instead of the distillation: {dist['steps']} steps of "
             f"{cfg['per_device_batch_size']} queries per rank × 2 ranks, groups of {cfg.get('group_size')} "
             f"passages from {cfg.get('train_data')}, {lora}, learning rate {cfg['learning_rate']}, temperature "

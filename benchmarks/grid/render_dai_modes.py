@@ -123,8 +123,9 @@ def dai_modes_section(d: dict, docs: dict, heading: str | None, grid_dense: str 
            + ". Every mode is recomputed from them. "
            + ("The grid's DAI rows scored this model with other triplets (k-means sampled); their statistics are "
               "not kept (`out/` is not committed)." if on_grid_dense else
-              "The grid's DAI rows scored the grid's dense retriever, whose statistics are not kept (`out/` is not "
-              "committed): these show what each mode does to a mask of this model, not the rows' own masks."), "",
+              "The grid's DAI rows scored the grid's dense retriever (`gap-*`) or it after FinanceBench retraining "
+              "(`gapft-*`), and their statistics are not kept (`out/` is not committed): these show what each mode "
+              "does to a mask of this model, not the rows' own masks."), "",
            f"| mode | statistics | alignment | scoring | Fisher term / γ·√\\|θ\\| | decision differs from "
            f"magnitude at {pct} | gate / up / down | what |", "|---|---|---|---|---|---|---|---|"]
     for m in d["modes"]:

@@ -104,7 +104,9 @@ def drop_position_section(d: dict, heading: str | None = None, grid_dense: str |
            "with layers 0 to k−1 kept." + reference_words(d), ""]
     out += [compare.markdown(table), "", "| row | MLPs dropped |", "|---|---|"]
     out += [f"| {label} | {', '.join(map(str, v['drop_mlp']))} |" for label, v in d["variants"].items()]
-    out += ["", "Differences between rows (paired bootstrap over queries, 95 %):", ""]
+    out += ["", "Differences between rows (paired bootstrap over queries, 95 %; each row is one model, untrained, so "
+            "no seed; the drops by importance take the MLPs one scoring run's calibration sample ranked lowest):",
+            ""]
     out += [f"- {c['a']} − {c['b']} on {c['task']}: {compare.interval(c)} (p = {c['p']:.3f}): {verdict(c)}."
             for c in d["contrasts"]]
     return out + [""]

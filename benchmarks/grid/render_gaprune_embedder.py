@@ -293,8 +293,13 @@ def render_gaprune_embedder(results: Path) -> list[str]:
     for run, x in d["dai"].items():
         cfg = ", ".join(f"{k} {v}" for k, v in x["config"].items() if v is not None)
         ratio = x.get("mean_abs_fisher_term_over_magnitude_term")
-        out.append(f"- DAI statistics `{run}` ({cfg}): {x.get('n_general')} general and {x.get('n_domain')} domain "
-                   "triplets" + (f"; mean |Fisher term| / mean γ√|θ| = {ratio:.3g}" if ratio is not None else "")
+        # a mask may score the statistics again another way: the settings above are the statistics stage's
+        mask = d["masks"].get(run) or {}
+        again = (f"; the `{run}` mask scores them again with alignment {mask.get('dai_alignment')}, variant "
+                 f"{mask.get('dai_variant')}" if mask.get("dai_recompute") else "")
+        out.append(f"- DAI statistics `{run}` (the statistics stage's settings: {cfg}): {x.get('n_general')} general "
+                   f"and {x.get('n_domain')} domain triplets"
+                   + (f"; mean |Fisher term| / mean γ√|θ| = {ratio:.3g}" if ratio is not None else "") + again
                    + ".")
     out += fisher_lines(d)
     out += ["", "**One-shot** (GAPrune Table 1" + (", calibration draw 0" if len(draws) > 1 else "") + ")", "",

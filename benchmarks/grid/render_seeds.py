@@ -24,6 +24,7 @@ class SeedRow(NamedTuple):
     speed: dict
     delta: dict
     tasks: dict
+    number_format: str = ""     # "int8…" or "bfloat16" for the distilled model converted at load, "" as trained
 
 
 def seed_of(doc: dict) -> object:
@@ -129,8 +130,9 @@ def target_caveats(entries: list[SeedRow], speed: float) -> list[str]:
                          f"{'; '.join(interval(d) for d in deltas)}.")
     flops = [e.speed.get("flop_ratio") for e in entries]
     if all(f and f < speed for f in flops):
-        found.append(f"The pruning's FLOP ratio is {max(flops):.2f}×: the rest of the speed-up is the number "
-                     "format's.")
+        found.append(f"The pruning's FLOP ratio is {max(flops):.2f}×: " + (
+            "the rest of the speed-up is the number format's." if all(e.number_format for e in entries) else
+            "the measured speed-up exceeds it."))
     return found
 
 
@@ -149,7 +151,8 @@ def target_lines(main: dict, variants: list[dict], ref: dict, target: tuple[floa
             if trained and delta and min(sp.get("document", 0), sp.get("query", 0)) >= speed:
                 label = names.get(r["label"], r["label"])
                 groups.setdefault((family(doc), r["label"]), []).append(
-                    SeedRow(seed_of(doc), label, sp, delta, r.get("tasks") or {}))
+                    SeedRow(seed_of(doc), label, sp, delta, r.get("tasks") or {},
+                            (r.get("fingerprint") or "").partition("+")[2]))
     out = []
     for entries in groups.values():
         entries.sort(key=lambda e: str(e.seed))

@@ -21,9 +21,9 @@ def verdict(name: str, d: dict, drops: dict) -> str:
     count = len(drop["drop_attn"] or drop["drop_mlp"])
     m = d["mean_delta"]
     if m["low"] > 0:
-        word = f"dropping {KINDS[a]} keeps more than dropping {KINDS[b]}"
+        word = f"dropping these {KINDS[a]} keeps more than dropping these {KINDS[b]}"
     elif m["high"] < 0:
-        word = f"dropping {KINDS[b]} keeps more than dropping {KINDS[a]}"
+        word = f"dropping these {KINDS[b]} keeps more than dropping these {KINDS[a]}"
     else:
         word = "the interval does not separate them"
     per_task = ", ".join(f"{t} {interval(x['delta'])}" for t, x in d["tasks"].items())

@@ -373,13 +373,15 @@ TABLES = [
           {"dense": "full (= dense)"}),
     Table("effir-distill", "The collapsed rows again, recovered by self-distillation from the dense retriever",
           "dense", ["dense", "untrained", "t2-15m", "sd-15m", "effir", "sd-effir"],
-          "Drop-15M and EffiR (15M + slim 30%) start from the same dropped (and slimmed, masked) SmolLM2 as in "
-          "Table 2 / Table 3; only the recovery differs: the dense budget's InfoNCE LoRA training, or "
-          "distillation from the dense retriever (*Scaled settings*: distillation). The teacher is the dense "
-          "retriever, which the InfoNCE rows never see; that is the point of the comparison and also its "
-          "confound: the distilled rows learn from a model trained on the same texts. *untrained* shows where "
-          "a collapse lies.",
-          {"dense": "dense (the teacher)", "t2-15m": "Drop-15M, InfoNCE",
+          "Drop-15M and EffiR (15M + slim 30%) drop the same MLPs of SmolLM2 as in Table 2 / Table 3, then recover "
+          "by the dense budget's InfoNCE LoRA training or by distillation from a dense retriever (*Scaled "
+          "settings*: distillation). The self-distilled rows ran as rows of their own: their mined groups and, "
+          "for the slimmed row, its slimming gates and mask were made again, and their teacher is the dense model "
+          "the grid's inputs held then, whose fingerprint the row file keeps (*Checks* compares the pairs' "
+          "structure and warns when a teacher is not the dense row). The InfoNCE rows never see a teacher; that "
+          "is the point of the comparison and also its confound: the distilled rows learn from a model trained "
+          "on the same texts. *untrained* shows where a collapse lies.",
+          {"t2-15m": "Drop-15M, InfoNCE",
            "effir": "EffiR (15M + slim 30%), InfoNCE"}),
     Table("gaprune-t1", "GAPrune Table 1: one-shot MLP pruning of the dense retriever", "dense",
           ["dense"] + [f"gap-{m}-{p}" for p in (30, 50) for m in GAP_METHODS] + ["gap-daibal-50"],
@@ -391,13 +393,13 @@ TABLES = [
           "with both Fisher terms rescaled so that the Fisher term's mean size equals γ·√|θ|'s."),
     Table("gaprune-t2", "GAPrune Table 2: 50% masks, then retraining on FinanceBench train", "gap-dense-retrain",
           ["dense", "gap-dense-retrain"] + [f"gap-{m}-50-retrain" for m in ("dai", "magnitude", "fisher")],
-          "Reference: the dense retriever given the same retraining without a mask, so every row has the same "
-          "training budget (the paper compares with the un-retrained dense model, also shown)."),
+          "Reference: the dense retriever given the same retraining without a mask, so every retrained row has "
+          "the same training budget (the paper compares with the un-retrained dense model, also shown)."),
     Table("gaprune-t1-ft", "GAPrune Table 1 on the finance-aware retriever: one-shot 50% MLP pruning",
           "gap-dense-retrain", ["dense", "gap-dense-retrain"] + [f"gapft-{m}-50" for m in
                                                                  ("dai", "daibal", "magnitude", "fisher", "random")],
           "The same one-shot masks, computed on and applied to `gap-dense-retrain` (the dense retriever after 40 LoRA "
-          "steps on FinanceBench train), which is clearly better than the dense one on FinanceBench; on the dense "
+          "steps on FinanceBench train, one seed), which scores far above the dense one on FinanceBench; on the dense "
           "retriever the domain side had little to keep. Sampling and DAI are recomputed on this model."),
     Table("gaprune-neurons", "GAPrune structured (beyond the paper): DAI summed per MLP neuron", "dense",
           ["dense", "gap-dai-neurons-30", "gap-dai-neurons-50"],
