@@ -1,5 +1,6 @@
 """README.md quotes only what the committed results hold: every decimal figure, percentage, ratio (1.24×) or
-power of ten in its prose must be a number of some JSON under benchmarks/results at the README's rounding.
+power of ten in its prose must be a number of some JSON under benchmarks/results at the README's rounding, and an
+interval (a difference with its bounds) or a speed-up's spread over pairs must be one comparison's or one bench's.
 Code (fenced blocks and `spans`) is not prose: commands and options are not results. The few figures that are
 no result — an install size, a confidence level, the papers' own settings — are listed below with why; a
 figure from an interval, a manifest that is not committed or memory wins nobody wrote down fails."""
