@@ -36,7 +36,8 @@ FIGURE = re.compile(
     r")(?![\w.]*\w)")
 NUMBER = re.compile(r"[+\-]?\d+(?:\.\d+)?(?:[eE][+\-]?\d+)?")
 # a difference with its interval, "−0.0337 [−0.0673, −0.0000]", and a speed-up's spread over pairs,
-# "1.12–1.18×": each figure alone may be held somewhere, so the three (or two) must be held together, by one comparison or bench
+# "1.12–1.18×": each figure alone may be held somewhere, so the three (or two) must be held together, by one
+# comparison or bench
 SIGNED = r"[+\-−]?\d+\.\d+"
 INTERVAL = re.compile(rf"(?<![\w.])({SIGNED})\s?\[({SIGNED}),\s?({SIGNED})\]")
 SPREAD = re.compile(r"(?<![\w.])(\d+\.\d+)–(\d+\.\d+)×")
@@ -111,11 +112,17 @@ def _groups(obj, intervals: list, spreads: list) -> None:
 
 
 @pytest.fixture(scope="module")
-def groups() -> tuple[list, list]:
+def docs() -> list:
+    """Every committed results JSON, read once for both checks."""
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(RESULTS.rglob("*.json"))]
+
+
+@pytest.fixture(scope="module")
+def groups(docs) -> tuple[list, list]:
     intervals: list = []
     spreads: list = []
-    for p in sorted(RESULTS.rglob("*.json")):
-        _groups(json.loads(p.read_text(encoding="utf-8")), intervals, spreads)
+    for doc in docs:
+        _groups(doc, intervals, spreads)
     return intervals, spreads
 
 
@@ -145,10 +152,10 @@ def ungrouped(text: str, groups: tuple[list, list]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def held() -> list[float]:
+def held(docs) -> list[float]:
     out: list[float] = []
-    for p in sorted(RESULTS.rglob("*.json")):
-        _numbers(json.loads(p.read_text(encoding="utf-8")), out)
+    for doc in docs:
+        _numbers(doc, out)
     return sorted(x for x in out if math.isfinite(x))
 
 
