@@ -214,10 +214,9 @@ def results_name(base: str, model: str) -> str:
 def model_fingerprint(model: str) -> str:
     """The weights' content id, so a reader can tell a retrained dense retriever from the grid's (both live at
     the same path)."""
-    from dsprune.eval.mteb_model import fingerprint
-    from dsprune.packaged import model_path
+    from dsprune.commands.common import weights_of
 
-    return fingerprint(model_path(model))
+    return weights_of(model)
 
 
 def content_id(path: Path) -> str:

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from dsprune.cli import main
+from dsprune.commands.common import weights_of
 from dsprune.encoder import Encoder
 
 
@@ -19,6 +20,7 @@ def test_score_then_drop(tiny_dirs, calib, tmp_path, capsys):
     assert main(["score", "--model", model, "--calib", str(calib), "--out", str(tmp_path / "s")]) == 0
     doc = json.loads((tmp_path / "s" / "scores.json").read_text())
     assert sorted(doc["order"]["mlp"]) == [0, 1, 2, 3] and (tmp_path / "s" / "drop_order.png").stat().st_size > 0
+    assert doc["weights"] == weights_of(model)
     assert main(["drop", "--model", model, "--scores", str(tmp_path / "s"), "--drop-mlp", "2", "--drop_attn", "1",
                  "--out", str(tmp_path / "d")]) == 0
     man = json.loads((tmp_path / "d" / "manifest.json").read_text())
@@ -93,6 +95,19 @@ def test_scores_for_another_model_are_refused(tiny_dirs, tmp_path, capsys):
     assert main(["drop", "--model", str(tiny_dirs["llama"]), "--scores", str(s), "--drop-mlp", "1",
                  "--out", str(tmp_path / "d")]) == 2
     assert "30-layer model" in _err(capsys)
+
+
+def test_scores_of_other_weights_are_refused(tiny_dirs, calib, tmp_path, capsys):
+    """Same family and layer count, another checkpoint: scores.json names the weights it scored."""
+    from dsprune.tiny import save_tiny
+
+    other = save_tiny(tmp_path / "other", "qwen2", seed=1)
+    assert main(["score", "--model", str(tiny_dirs["qwen2"]), "--calib", str(calib), "--out", str(tmp_path / "s")]) == 0
+    for cmd in (["drop", "--drop-mlp", "1"], ["plan", "--target_speedup", "1.1"]):
+        assert main([*cmd, "--model", str(other), "--scores", str(tmp_path / "s"), "--out", str(tmp_path / "d")]) == 2
+        err = _err(capsys)
+        assert f"{tmp_path / 's'}: scores were computed on weights" in err and str(other) in err, err
+        assert not (tmp_path / "d").exists()
 
 
 def test_protect_on_the_command_line(tiny_dirs, tmp_path, capsys):

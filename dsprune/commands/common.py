@@ -56,6 +56,15 @@ def load_encoder(args: ModelArgs, path: str | None = None, quantize: str | None 
     return enc
 
 
+def weights_of(model: str) -> str:
+    """The content id of a model's weights (a short name resolved first): what scores, masks and results say they
+    came from, so that another checkpoint at the same path is told apart."""
+    from ..eval.mteb_model import fingerprint
+    from ..packaged import model_path
+
+    return fingerprint(model_path(model))
+
+
 def check_model(args: ModelArgs, path: str | None = None, dtype: str | None = None) -> None:
     """Refuse, before any weight is read, what would fail deep inside loading with a traceback, or only after
     it: a dtype dsprune does not carry, a device this machine lacks, a damaged GGUF file, a model family

@@ -9,7 +9,7 @@ from ..errors import DsPruneError
 from ..importance import methods
 from ..importance.drop_plan import (PROTECT_HELP, DropPlan, DropRequest, layer_scores, plan_iterative,
                                    plan_one_shot, protect_label, protect_spec, protected)
-from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
+from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder, weights_of
 from ..importance.plan import check_keeps
 from .score import compute_scores
 
@@ -45,6 +45,7 @@ def run(args: Args) -> int:
         texts = calibration_texts(args)
     enc = load_encoder(args, pooling=args.pooling, max_length=args.max_length)
     n = num_layers(enc)
+    weights = weights_of(args.model)          # read before the drop changes them
     before = structure(enc)
     gone_attn, gone_mlp = set(before["drop_attn"]), set(before["drop_mlp"])
     req.validate(n, gone_attn, gone_mlp)
@@ -61,7 +62,7 @@ def run(args: Args) -> int:
         scores = history[0] if history else None
     else:
         if scores_doc is not None:
-            scores = layer_scores(scores_doc, args.scores, args.model, n)
+            scores = layer_scores(scores_doc, args.scores, args.model, n, weights)
         elif texts is not None:
             scores, figures = compute_scores(enc, texts, args)
         else:  # drop_last alone needs no scores
@@ -73,8 +74,8 @@ def run(args: Args) -> int:
 
     def write_scores_and_plot(folder: Path) -> None:
         if scores is not None:
-            formats.write_scores(folder, scores, model=args.model, family=enc.family, num_layers=n,
-                                 iterative=args.iterative)
+            formats.write_scores(folder, scores, model=args.model, weights=weights, family=enc.family,
+                                 num_layers=n, iterative=args.iterative)
             drop_order_heatmap(scores, n, folder / "drop_order.png", chosen={"attn": plan.attn, "mlp": plan.mlp},
                                title=f"{Path(args.model).name}: drop {req.label()} (red = dropped)")
 

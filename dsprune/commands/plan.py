@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 from .. import formats
 from ..importance.drop_plan import PROTECT_HELP, protect_spec
-from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
+from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder, weights_of
 
 
 @dataclass
@@ -64,7 +64,7 @@ def run(args: Args) -> int:
     n = num_layers(enc)
     figures: dict = {}
     if scores_doc is not None:
-        scores = layer_scores(scores_doc, args.scores, args.model, n)
+        scores = layer_scores(scores_doc, args.scores, args.model, n, weights_of(args.model))
     else:
         scores, figures = compute_scores(enc, texts, args)
     plan = plan_speedup(scores, shape_of(enc), req)
@@ -72,7 +72,8 @@ def run(args: Args) -> int:
     with formats.output_dir(args.out, args.overwrite) as tmp:
         formats.write_json(tmp / PLAN, doc)
         if scores_doc is None:                   # scored here: keep them for a later drop or plan
-            formats.write_scores(tmp, scores, model=args.model, family=enc.family, num_layers=n)
+            formats.write_scores(tmp, scores, model=args.model, weights=weights_of(args.model), family=enc.family,
+                                 num_layers=n)
         formats.write_manifest(tmp, "plan", {"model": args.model, "scores": args.scores}, asdict(args),
                                {**figures, "flop_ratio": doc["flop_ratio"], "n_candidates": doc["n_candidates"]},
                                files={"plan": PLAN})

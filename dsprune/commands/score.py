@@ -11,7 +11,7 @@ from .. import formats
 from ..errors import DsPruneError
 from ..importance import methods
 from ..log import logger
-from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder
+from .common import CalibArgs, EncoderArgs, calibration_texts, load_encoder, weights_of
 
 
 @dataclass
@@ -76,7 +76,8 @@ def run(args: Args) -> int:
     logger.info(f"scoring {n} layers on {len(texts)} calibration texts")
     scores, figures = compute_scores(enc, texts, args)
     with formats.output_dir(args.out, args.overwrite) as tmp:
-        doc = formats.write_scores(tmp, scores, model=args.model, family=enc.family, num_layers=n)
+        doc = formats.write_scores(tmp, scores, model=args.model, weights=weights_of(args.model), family=enc.family,
+                                   num_layers=n)
         drop_order_heatmap(scores, n, tmp / "drop_order.png", title=f"{Path(args.model).name}: drop order")
         formats.write_manifest(tmp, "score", {"model": args.model, "calib": args.calib or "default"},
                                asdict(args), figures)

@@ -126,11 +126,16 @@ class DropPlan:
     steps: list[dict] = field(default_factory=list)  # in drop order: {"group", "layer", "score"}
 
 
-def layer_scores(doc: dict, where: str, model: str, n_layers: int) -> dict[str, dict[int, float]]:
-    """The scores of a ``scores.json`` document by integer layer, refused if they are another model's."""
+def layer_scores(doc: dict, where: str, model: str, n_layers: int,
+                 weights: str | None = None) -> dict[str, dict[int, float]]:
+    """The scores of a ``scores.json`` document by integer layer, refused if they are another model's: another
+    layer count, or other ``weights`` (the model's content id) where the scores name theirs (older files do not)."""
     if doc.get("num_layers") not in (None, n_layers):
         raise DsPruneError(f"{where}: scores are for a {doc['num_layers']}-layer model, {model} has "
                            f"{n_layers} layers")
+    if doc.get("weights") and weights and weights != doc["weights"]:
+        raise DsPruneError(f"{where}: scores were computed on weights {doc['weights'][:12]}, but {model} holds "
+                           f"weights {weights[:12]}; score this model (`dsprune score --model {model}`)")
     return {g: {int(k): v for k, v in s.items()} for g, s in doc["scores"].items()}
 
 
