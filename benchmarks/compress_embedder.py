@@ -272,8 +272,25 @@ def recipe_of(variant: str) -> Path:
     return recipe_of(base_of(variant)) if base_of(variant) else RECIPE
 
 
-def command(params: dict, variant: str = "") -> list[str]:
-    return recipe_command(recipe_of(variant), out_of(variant), params, sets_of(variant))
+def left_out(without: tuple[str, ...] | list[str]) -> list[str]:
+    """The stages of the number formats ``without`` names (keys of ``PRECISIONS``)."""
+    return [s for key in without for s in (*PRECISIONS[key], *([BOTH[key]] if key in BOTH else []))]
+
+
+def command(params: dict, variant: str = "", without: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """The variant's ``dsprune run``; ``without`` leaves number formats out: their stages are not run (``--only``
+    the others) and the report stage reads the rest only."""
+    if not without:
+        return recipe_command(recipe_of(variant), out_of(variant), params, sets_of(variant))
+    _, stages = load_recipe(recipe_of(variant))
+    report = next(s for s in stages if s.name == "report").args
+    skipped = left_out(without)
+    gone = {f"${{{s}}}" for s in skipped}
+    kept = [(r, label) for r, label in zip(report["results"], report["labels"]) if r not in gone]
+    sets = {**sets_of(variant), "report.results": [r for r, _ in kept], "report.labels": [label for _, label in kept],
+            "report.bench": [b for b in report.get("bench", []) if b not in gone]}
+    return recipe_command(recipe_of(variant), out_of(variant), params, sets) + [
+        "--only", *(s.name for s in stages if s.name not in skipped)]
 
 
 def share_finished_stages(variant: str) -> None:
@@ -337,11 +354,17 @@ def curve(log: list[dict], spans: list[tuple[dict, float, float]]) -> list[dict]
     return [{**p, **({"seconds": round(at[p["step"]], 1)} if p["step"] in at else {})} for p in points]
 
 
-def collect(params: dict, out: Path, results: Path, variant: str = "", main: Path | None = None) -> Path:
+def collect(params: dict, out: Path, results: Path, variant: str = "", main: Path | None = None,
+            without: tuple[str, ...] | list[str] = ()) -> Path:
+    gone = left_out(without)
+    _, stages = load_recipe(recipe_of(variant))
+    rerun = "benchmarks/compress_embedder.py" + (f" --variant {variant}" if variant else "") + (
+        f" --without {' '.join(without)}" if without else "")
     doc = {"title": "EmbeddingGemma-300M compressed to a target speed-up, recovered by self-distillation",
-           **collect_recipe(recipe_of(variant), params, out, command(params, variant),
-                            "benchmarks/compress_embedder.py" + (f" --variant {variant}" if variant else "")),
-           "variant": variant_entry(variant) if variant else None}
+           **collect_recipe(recipe_of(variant), params, out, command(params, variant, without), rerun,
+                            only=[s.name for s in stages if s.name not in gone] if gone else None),
+           "variant": variant_entry(variant) if variant else None,
+           **({"left_out": {"formats": list(without), "stages": gone}} if gone else {})}
     plan = formats.read_json(out / "plan" / "plan.json", "plan")
     doc["plan"] = {k: plan.get(k) for k in ("target_speedup", "seq_len", "attn", "mlp", "slim_ratio",
                                             "flop_ratio", "num_layers")}
@@ -535,14 +558,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", default="", choices=["", *VARIANTS],
                     help="run the recipe with a variant's stage options into its own folder (finished stages "
                          "of the main run that it shares are reused)")
+    ap.add_argument("--without", nargs="+", default=[], choices=list(PRECISIONS), metavar="FORMAT",
+                    help="leave these number formats' stages and report rows out (int8, bf16): a CPU without "
+                         "bfloat16 instructions computes bfloat16 matmuls far slower than float32, so its bf16 "
+                         "evaluation would take hours")
     a = ap.parse_args(argv)
     params = dict(p.split("=", 1) for p in a.param)
     out = out_of(a.variant)
     if not a.collect:
         if a.variant:
             share_finished_stages(a.variant)
-        run_recipe_command(command(params, a.variant), out, "")
-    dest = collect(params, out, Path(a.results), a.variant)
+        run_recipe_command(command(params, a.variant, a.without), out, "")
+    dest = collect(params, out, Path(a.results), a.variant, without=a.without)
     plot_runs(Path(a.results))
     print(compare.markdown(formats.read_json(dest, "results")["report"]))
     rerender()

@@ -151,6 +151,28 @@ def test_the_int8_and_bf16_rows_are_the_distilled_model_benched_against_the_floa
     assert {"${bench-int8}", "${bench-bf16}"} <= set(report["bench"])
 
 
+def test_a_number_format_left_out_is_neither_run_nor_reported(tmp_path):
+    """``--without bf16``: a CPU without bfloat16 instructions would take hours over the bf16 evaluation."""
+    cmd = ce.command({}, "distill-lora-rerun", ["bf16"])
+    only = cmd[cmd.index("--only") + 1:]
+    assert "eval-int8" in only and "report" in only and not {"eval-bf16", "bench-bf16", "bench-bf16-both"} & set(only)
+    sets = dict(a.split("=", 1) for a in cmd[cmd.index("--set") + 1:cmd.index("--out")])
+    assert "bf16" not in sets["report.results"] + sets["report.bench"] and "int8" in sets["report.results"]
+    assert json.loads(sets["report.labels"])[-1] == "drop + distill + int8"
+    assert ce.command({}, "distill-lora-rerun") == cmd[:cmd.index("--out") - 3] + cmd[cmd.index("--out"):
+                                                                                  cmd.index("--only")]
+    out, results = _fake_run(tmp_path), tmp_path / "results"
+    results.mkdir()
+    for name in ce.left_out(["bf16"]):
+        (out / name / "stage.json").unlink()
+    with pytest.raises(SystemExit, match="eval-bf16.*has not finished"):
+        ce.collect({}, out, results)
+    doc = json.loads(ce.collect({}, out, results, without=["bf16"]).read_text())
+    assert doc["left_out"] == {"formats": ["bf16"], "stages": ["eval-bf16", "bench-bf16", "bench-bf16-both"]}
+    assert doc["bf16"] is None and "--only" in doc["command"]
+    assert "eval-bf16" not in [s["name"] for s in doc["stages"]]
+
+
 def _bench(vout, name, settings, machine=True, speedup=2.1):
     low, high = round(speedup - 0.1, 2), round(speedup + 0.1, 2)
     bench = {k: {"speedup": speedup, "pairs": 3, "flop_ratio": 1.6, "flop_bound": 1.6, "batch_size": 16,
