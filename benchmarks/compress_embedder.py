@@ -208,13 +208,22 @@ VARIANTS["1.6x-lora-long"]["set"] = {
 VARIANTS["slim-lora"]["set"] = VARIANTS["distill-lora"]["set"]
 
 
+# the distilled model in another number format: results key -> its eval and bench stages
+PRECISIONS = {"int8": ("eval-int8", "bench-int8"), "bf16": ("eval-bf16", "bench-bf16")}
+
+
 def rerun(variant: str) -> dict:
     """``variant`` again, same options and seed, for the per-query scores its results did not keep (its folder is
     gone); training on another CPU need not repeat to the bit, so it is a run of its own, paired with no run made
     before per-query scores were kept."""
     v = VARIANTS[variant]
+    trained = v["rows"]["drop + distill"]
+    model, comma, rest = trained.partition(", ")          # "drop + distill (LoRA)", ", ", "seed 43"
+    formats_ = {f"drop + distill + {key}": f"{model} + {key}{comma}{rest}, run again" for key in PRECISIONS}
+    # its seeds group with each other (slim-lora's pairs with them span two seeds), not with the runs they repeat
     return {"label": f"{v['label']}, run again", "base": variant, "pair_main": False, "set": {},
-            "rows": {"drop + distill": f"{v['rows']['drop + distill']}, run again"}, "share": v["share"]}
+            "family": f"{v.get('base') or variant}-rerun",
+            "rows": {"drop + distill": f"{trained}, run again", **formats_}, "share": v["share"]}
 
 
 # slim-lora and slim-lora-seed2 pair with these
@@ -238,8 +247,6 @@ ROW_STAGES = (("eval", "drop + distill"), ("eval-drop", "drop only"), ("eval-int
               ("eval-bf16", "drop + distill + bf16"))
 # the evaluations another run pairs its models with: their per-query scores are kept in the results
 KEPT = ("eval", "eval-drop")
-# the distilled model in another number format: results key -> its eval and bench stages
-PRECISIONS = {"int8": ("eval-int8", "bench-int8"), "bf16": ("eval-bf16", "bench-bf16")}
 # the pruned model timed against the unpruned one with both in that number format: results key -> its bench stage
 # (a recipe run before the stage existed lacks it, so its results leave it out)
 BOTH = {"bf16": "bench-bf16-both"}

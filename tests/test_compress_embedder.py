@@ -171,6 +171,13 @@ def test_a_number_format_left_out_is_neither_run_nor_reported(tmp_path):
     assert doc["left_out"] == {"formats": ["bf16"], "stages": ["eval-bf16", "bench-bf16", "bench-bf16-both"]}
     assert doc["bf16"] is None and "--only" in doc["command"]
     assert "eval-bf16" not in [s["name"] for s in doc["stages"]]
+    vout = _fake_run(tmp_path, out_name="out-rerun")
+    for name in ce.left_out(["bf16"]):
+        (vout / name / "stage.json").unlink()
+    ce.collect({}, vout, results, "distill-lora-rerun", without=["bf16"])
+    section = render.render(results, tmp_path / "RESULTS.md")
+    assert "It left out bf16 (`--without`: no stage eval-bf16, bench-bf16, bench-bf16-both, no report row)." \
+        in section
 
 
 def _bench(vout, name, settings, machine=True, speedup=2.1):

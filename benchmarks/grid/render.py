@@ -520,7 +520,8 @@ def render_compress(results: Path, md: Path) -> list[str]:
         slimmed = f", slims the kept MLPs by {vp['slim_ratio']}" if vp.get("slim_ratio") else ""
         out.append(f"- **{v['variant']['label']}** (`{v['command']}`): {how}: drops "
                    f"{len(vp['attn'])} attention sub-layers {vp['attn']} and {len(vp['mlp'])} MLPs {vp['mlp']}"
-                   f"{slimmed}, FLOP ratio {vp['flop_ratio']:.3f}×, then {recovery_of(v, d)}. {stage_minutes(v)}")
+                   f"{slimmed}, FLOP ratio {vp['flop_ratio']:.3f}×, then {recovery_of(v, d)}. {stage_minutes(v)}"
+                   + left_out_note(v))
         added = [x for x in text_sources(v) if x not in text_sources(d)]
         if added:
             out.append(f"  - **Confound:** its distillation text adds {', '.join(added)}, unlabelled; where one is a "
@@ -578,6 +579,13 @@ def compress_runs(results: Path) -> tuple[dict, list[dict], dict] | None:
     # a run's other seeds right after it
     variants.sort(key=lambda v: (family(v), v["variant"]["name"] != family(v), v["variant"]["name"]))
     return d, variants, {**table, "rows": table["rows"] + [r for v in variants for r in variant_rows(v, ref)]}
+
+
+def left_out_note(v: dict) -> str:
+    """The number formats a run left out (``--without``): their rows are missing by choice, not by failure."""
+    gone = v.get("left_out")
+    return (f" It left out {', '.join(gone['formats'])} (`--without`: no stage {', '.join(gone['stages'])}, "
+            "no report row).") if gone else ""
 
 
 def stage_minutes(v: dict) -> str:

@@ -37,9 +37,10 @@ def same_plan(a: dict, b: dict) -> bool:
 
 
 def family(doc: dict) -> str:
-    """The run a variant repeats with another seed (its ``base``; "" is the main run), else the variant itself."""
+    """The run a variant repeats with another seed (its ``base``; "" is the main run), else the variant itself; a
+    run made again names its own ``family``: it repeats its base's seed, so it is no other seed of it."""
     v = doc.get("variant") or {}
-    return v.get("base", v.get("name", "")) if v else ""
+    return v.get("family") or v.get("base", v.get("name", "")) if v else ""
 
 
 def another_seed(doc: dict, of: dict) -> bool:
