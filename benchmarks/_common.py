@@ -211,14 +211,6 @@ def results_name(base: str, model: str) -> str:
     return f"{base}_{slug(Path(model).name)}"
 
 
-def model_fingerprint(model: str) -> str:
-    """The weights' content id, so a reader can tell a retrained dense retriever from the grid's (both live at
-    the same path)."""
-    from dsprune.commands.common import weights_of
-
-    return weights_of(model)
-
-
 def content_id(path: Path) -> str:
     """What a stage read from ``path``: a model folder's weights fingerprint, else a hash of the file or of every
     file under the folder."""

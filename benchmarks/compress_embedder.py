@@ -284,6 +284,14 @@ def left_out(without: tuple[str, ...] | list[str]) -> list[str]:
     return [s for key in without for s in (*PRECISIONS[key], *([BOTH[key]] if key in BOTH else []))]
 
 
+def stages_run(variant: str, without: tuple[str, ...] | list[str]) -> list[str] | None:
+    """The stages a run that leaves ``without``'s number formats out runs (None: every stage)."""
+    if not without:
+        return None
+    _, stages = load_recipe(recipe_of(variant))
+    return [s.name for s in stages if s.name not in left_out(without)]
+
+
 def command(params: dict, variant: str = "", without: tuple[str, ...] | list[str] = ()) -> list[str]:
     """The variant's ``dsprune run``; ``without`` leaves number formats out: their stages are not run (``--only``
     the others) and the report stage reads the rest only."""
@@ -291,13 +299,11 @@ def command(params: dict, variant: str = "", without: tuple[str, ...] | list[str
         return recipe_command(recipe_of(variant), out_of(variant), params, sets_of(variant))
     _, stages = load_recipe(recipe_of(variant))
     report = next(s for s in stages if s.name == "report").args
-    skipped = left_out(without)
-    gone = {f"${{{s}}}" for s in skipped}
+    gone = {f"${{{s}}}" for s in left_out(without)}
     kept = [(r, label) for r, label in zip(report["results"], report["labels"]) if r not in gone]
     sets = {**sets_of(variant), "report.results": [r for r, _ in kept], "report.labels": [label for _, label in kept],
             "report.bench": [b for b in report.get("bench", []) if b not in gone]}
-    return recipe_command(recipe_of(variant), out_of(variant), params, sets) + [
-        "--only", *(s.name for s in stages if s.name not in skipped)]
+    return recipe_command(recipe_of(variant), out_of(variant), params, sets) + ["--only", *stages_run(variant, without)]
 
 
 def share_finished_stages(variant: str) -> None:
@@ -364,12 +370,11 @@ def curve(log: list[dict], spans: list[tuple[dict, float, float]]) -> list[dict]
 def collect(params: dict, out: Path, results: Path, variant: str = "", main: Path | None = None,
             without: tuple[str, ...] | list[str] = ()) -> Path:
     gone = left_out(without)
-    _, stages = load_recipe(recipe_of(variant))
     rerun = "benchmarks/compress_embedder.py" + (f" --variant {variant}" if variant else "") + (
         f" --without {' '.join(without)}" if without else "")
     doc = {"title": "EmbeddingGemma-300M compressed to a target speed-up, recovered by self-distillation",
            **collect_recipe(recipe_of(variant), params, out, command(params, variant, without), rerun,
-                            only=[s.name for s in stages if s.name not in gone] if gone else None),
+                            only=stages_run(variant, without)),
            "variant": variant_entry(variant) if variant else None,
            **({"left_out": {"formats": list(without), "stages": gone}} if gone else {})}
     plan = formats.read_json(out / "plan" / "plan.json", "plan")

@@ -27,7 +27,8 @@ from typing import NamedTuple
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import BIN, REPO, launch_env, model_fingerprint, results_name, sh  # noqa: E402
+from benchmarks._common import BIN, REPO, launch_env, results_name, sh  # noqa: E402
+from dsprune.commands.common import weights_of  # noqa: E402
 
 ALPHA, BETA, GAMMA = 0.2, 1.0, 0.5       # Eq. 5's, as the paper sets them
 
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     t0 = time.time()
     a.results = a.results or str(REPO / "benchmarks" / "results" / f"{results_name('dai_modes', a.model)}.json")
-    doc = {"title": "DAI modes against magnitude", "model": a.model, "model_fingerprint": model_fingerprint(a.model),
+    doc = {"title": "DAI modes against magnitude", "model": a.model, "model_fingerprint": weights_of(a.model),
            "general": a.general, "domain": a.domain,
            "max_triplets": a.max_triplets, "max_length": a.max_length, "sparsity": a.sparsity,
            "alpha": ALPHA, "beta": BETA, "gamma": GAMMA, **measure(a, Path(a.out))}

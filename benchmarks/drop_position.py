@@ -23,8 +23,9 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO, model_fingerprint, results_name, slug, stage  # noqa: E402
+from benchmarks._common import REPO, results_name, slug, stage  # noqa: E402
 from dsprune import formats  # noqa: E402
+from dsprune.commands.common import weights_of  # noqa: E402
 
 NAME = "drop_position"
 REFERENCE = "no drop"
@@ -60,7 +61,7 @@ def grid_scores(model: str, results: Path, ap: argparse.ArgumentParser) -> str:
     if scores is None:
         ap.error(f"--scores: no grid scores for {model}; pass the model's scores.json (`dsprune score`)")
     grid = grid_dense_fingerprint(results) if model != "smollm2" else None
-    mine = model_fingerprint(model) if grid else None
+    mine = weights_of(model) if grid else None
     if grid and mine != grid:
         ap.error(f"--scores: {scores} scored the grid's dense row (weights {grid[:12]}), but {model} holds "
                  f"weights {mine[:12]}, another training run; score it (`dsprune score --model {model} "
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"title": "Which MLPs a drop takes: position against importance, no training",
            "command": shlex.join([".venv/bin/python", "benchmarks/drop_position.py",
                                   *(argv if argv is not None else sys.argv[1:])]),
-           "code_version": formats.code_version(), "model": a.model, "model_fingerprint": model_fingerprint(a.model),
+           "code_version": formats.code_version(), "model": a.model, "model_fingerprint": weights_of(a.model),
            "scores": a.scores, "reference": REFERENCE,
            "reference_results": a.reference_results,
            "tasks": a.task, "max_length": a.max_length, **measure(a, out)}

@@ -45,7 +45,7 @@ def run(args: Args) -> int:
         texts = calibration_texts(args)
     enc = load_encoder(args, pooling=args.pooling, max_length=args.max_length)
     n = num_layers(enc)
-    weights = weights_of(args.model)          # read before the drop changes them
+    weights = weights_of(args.model) if scores_doc is not None or texts is not None else None   # drop_last: no scores
     before = structure(enc)
     gone_attn, gone_mlp = set(before["drop_attn"]), set(before["drop_mlp"])
     req.validate(n, gone_attn, gone_mlp)
