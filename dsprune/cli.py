@@ -7,9 +7,12 @@ fresh process, so start-up time is paid once per stage.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import importlib
+import os
 import sys
+import threading
 from types import ModuleType
 from typing import NamedTuple
 
@@ -113,5 +116,21 @@ def main(argv: list[str] | None = None) -> int:
     return int(result or 0)
 
 
+def entry(argv: list[str] | None = None) -> None:
+    """The ``dsprune`` command and ``python -m dsprune.cli``. A process that ran a command ends without the
+    interpreter's finalization: tearing down the module graph of torch and transformers takes seconds, and a recipe
+    or a sweep runs one process per stage. What a normal exit does first is done here: non-daemon threads are
+    joined, the atexit handlers (logging, Ray, TensorBoard writers) run and the streams are flushed. An exception
+    or ``sys.exit`` (argparse) takes the normal way out."""
+    code = main(argv)
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -9,6 +9,6 @@ from pathlib import Path
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, when not pip-installed
-    from dsprune.cli import main
+    from dsprune.cli import entry
 
-    sys.exit(main(["tune", *sys.argv[1:]]))
+    entry(["tune", *sys.argv[1:]])
