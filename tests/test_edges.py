@@ -13,6 +13,7 @@ import pytest
 
 from dsprune import formats
 from dsprune.cli import main
+from dsprune.commands.demo import SAMPLE
 from dsprune.config import parse_args
 from dsprune.eval.speed import shape_of
 from dsprune.importance.plan import SpeedRequest, plan_speedup
@@ -101,7 +102,8 @@ def test_an_unsupported_family_is_refused_from_its_config(tmp_path, capsys, fami
 
 
 @pytest.mark.parametrize("argv,what", [(["--drop-last", "4"], "every layer"),
-                                       (["--drop-mlp", "2", "--drop-blocks", "2"], "every MLP")])
+                                       (["--drop-mlp", "2", "--drop-blocks", "2", "--calib",
+                                         str(SAMPLE / "calibration.jsonl")], "every MLP")])
 def test_a_drop_that_leaves_no_layer_or_no_mlp_is_refused(llama, tmp_path, capsys, argv, what):
     refused(capsys, ["drop", "--model", llama, *argv, "--out", str(tmp_path / "o")], what, "4-layer")
     assert files(tmp_path) == set()

@@ -5,6 +5,7 @@ import torch
 
 from dsprune import formats
 from dsprune.cli import main
+from dsprune.commands.demo import SAMPLE
 from dsprune.encoder import Encoder
 from dsprune.importance import budget
 from dsprune.surgery.mask import MaskHolder, apply_mask, apply_mask_dir, mlp_weight_names, target_weights
@@ -69,7 +70,7 @@ def test_methods_share_one_path_and_hit_sparsity(tmp_path, tiny_dirs):
     for method in ("magnitude", "random", "wanda"):
         out = tmp_path / method
         assert main(["prune", "--model", model, "--method", method, "--sparsity", "0.3", "--out", str(out),
-                     "--n_calib", "8"]) == 0
+                     "--n_calib", "8", "--calib", str(SAMPLE / "calibration.jsonl")]) == 0
         tensors, meta = formats.read_mask(out)
         assert meta["kind"] == "unstructured" and meta["method"] == method
         assert set(tensors) == set(weights)

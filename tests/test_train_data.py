@@ -51,6 +51,8 @@ def test_kl_without_teacher_needs_scores(tmp_path):
 
 def test_triplets_are_grouped_by_query():
     path = data_dir("msmarco_trecdl_subset") / "triplets.jsonl"
+    if not path.is_file():
+        pytest.skip("shared data not present")
     groups = load_groups([str(path)])
     assert len(groups) == 2501
     assert all(len(g.pos) == 1 and len(g.neg) > 1 and g.pos[0] not in g.neg for g in groups)
@@ -71,6 +73,8 @@ def test_beir_train_qrels_become_groups(tmp_path):
 
 
 def test_scifact_train_split_loads():
+    if not (data_dir("scifact") / "corpus.jsonl").is_file():
+        pytest.skip("shared data not present")
     groups = load_groups(["scifact"], beir_random_negatives=4)
     assert len(groups) > 800 and all(len(g.neg) == 4 for g in groups)
 

@@ -24,6 +24,7 @@ def test_optuna_multi_objective_sweep_over_dai_knobs(tmp_path, tiny_dirs):
         ("dense retrieval", "dense retrieval encodes queries", "interest rates")]))
     doc = {
         "out": str(tmp_path / "sweep"), "name": "dai", "search": "optuna", "num_samples": 2, "seed": 1,
+        "max_concurrent": 2,
         "space": {"dai.alpha": {"uniform": [0.0, 1.0]}, "dai.sparsity": {"uniform": [0.1, 0.6]}},
         "objectives": {"ndcg_at_10": "max", "param_ratio": "max"},
         "stages": [
