@@ -141,7 +141,7 @@ def test_a_precision_recipe_scores_and_times_the_format_against_float32(tiny_dir
     out = tmp_path / "run"
     params = [f"model={tiny_dirs['gemma3_text']}", f"tasks=[tiny={beir}]"]
     run_in_process(precision_machine.RECIPES[fmt].name, out, params,
-                   ["bench.docs=8", "bench.queries=8", "bench.doc_len=32", f"bench.data={beir}"])
+                   ["bench.docs=8", "bench.queries=4", "bench.doc_len=32", f"bench.data={beir}"])
     suffix = {"int8": "+int8-skip:down_proj", "bf16": "+bfloat16"}[fmt]
     label = {"int8": "int8", "bf16": "bfloat16"}[fmt]
     full = json.loads((out / "eval-full" / "results.json").read_text())
