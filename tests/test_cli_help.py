@@ -45,3 +45,32 @@ def test_the_runner_imports_only_the_command_it_runs():
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "['dsprune.commands.report']", r.stdout
+
+
+def test_a_dsprune_process_keeps_its_output_exit_code_and_exit_handlers(tmp_path):
+    """`python -m dsprune.cli` leaves by os._exit, past the interpreter's finalization: what a normal exit does
+    first must still happen. Piped (block-buffered) output arrives, the exit code is the command's, an atexit
+    handler registered during the command runs, and a non-daemon thread finishes before the process ends."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "dsprune.cli", "--version"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("dsprune 0."), (r.returncode, r.stdout, r.stderr)
+    r = subprocess.run([sys.executable, "-m", "dsprune.cli", "no-such-command"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "unknown command 'no-such-command'" in r.stderr
+    mark, done = tmp_path / "atexit", tmp_path / "thread"
+    probe = ("import atexit, sys, threading, time\n"
+             "from pathlib import Path\n"
+             "import dsprune.cli as cli\n"
+             "def command(argv):\n"
+             f"    atexit.register(Path({str(mark)!r}).write_text, 'ran')\n"
+             f"    threading.Thread(target=lambda: (time.sleep(0.5), Path({str(done)!r}).write_text('ran'))).start()\n"
+             "    print('piped line')\n"
+             "    return 3\n"
+             "cli.main = command\n"
+             "cli.entry([])\n")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3 and r.stdout == "piped line\n", (r.returncode, r.stdout, r.stderr)
+    assert mark.read_text() == "ran" and done.read_text() == "ran"
