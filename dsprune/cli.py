@@ -121,7 +121,8 @@ def entry(argv: list[str] | None = None) -> None:
     interpreter's finalization: tearing down the module graph of torch and transformers takes seconds, and a recipe
     or a sweep runs one process per stage. What a normal exit does first is done here: non-daemon threads are
     joined, the atexit handlers (logging, Ray, TensorBoard writers) run and the streams are flushed. An exception
-    or ``sys.exit`` (argparse) takes the normal way out."""
+    or ``sys.exit`` (argparse) takes the normal way out. A launcher's rank leaves by ``distributed.exit_rank``
+    instead, which runs no atexit handlers: there, finalization is what may abort a finished run."""
     code = main(argv)
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:

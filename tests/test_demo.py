@@ -8,8 +8,8 @@ import pytest
 from dsprune import formats
 from dsprune.cli import main
 from dsprune.commands import demo
-from dsprune.settings import data_dir
 from dsprune.tiny import save_tiny
+from train_helpers import shared_data
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,5 @@ def test_sample_is_reproducible_from_shared_data():
     """The shipped sample equals a fresh cut of the shared data (the PROVENANCE note's recipe)."""
     from benchmarks import demo_sample
 
-    if not (data_dir("scifact") / "corpus.jsonl").is_file():
-        pytest.skip("shared data not present")
+    shared_data("scifact", "corpus.jsonl")
     assert demo_sample.main(["--check"]) == 0

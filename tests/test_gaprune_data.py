@@ -8,7 +8,7 @@ from dsprune.cli import main
 from dsprune.errors import DsPruneError
 from dsprune.importance.sampling import representative_indices
 from dsprune.importance.triplets import load_triplets, read_triplets_jsonl
-from dsprune.settings import data_dir
+from train_helpers import shared_data
 
 
 def _write(path, lines):
@@ -55,9 +55,7 @@ def test_dai_command_refuses_bad_inputs_before_loading_a_model(tmp_path):
 
 
 def test_financebench_train_triplets():
-    folder = data_dir("financebench")
-    if not folder.is_dir():
-        pytest.skip("shared data not present")
+    folder = shared_data("financebench")
     t1 = load_triplets([f"{folder}:train"], seed=0)
     t2 = load_triplets([f"{folder}:train"], seed=0)
     t3 = load_triplets([f"{folder}:train"], seed=1)

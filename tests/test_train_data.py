@@ -6,12 +6,11 @@ import pytest
 from dsprune.config import parse_args
 from dsprune.encoder import Encoder
 from dsprune.errors import DsPruneError
-from dsprune.settings import data_dir
 from dsprune.train.arguments import TrainArgs
 from dsprune.train.data import Collator, Schedule, load_groups, sample_example
 from dsprune.train.engine import deepspeed_config
 from dsprune.train.loop import check_before_start, train
-from train_helpers import write_beir, write_groups
+from train_helpers import shared_data, write_beir, write_groups
 
 
 def _row(**kw):
@@ -50,9 +49,7 @@ def test_kl_without_teacher_needs_scores(tmp_path):
 
 
 def test_triplets_are_grouped_by_query():
-    path = data_dir("msmarco_trecdl_subset") / "triplets.jsonl"
-    if not path.is_file():
-        pytest.skip("shared data not present")
+    path = shared_data("msmarco_trecdl_subset", "triplets.jsonl") / "triplets.jsonl"
     groups = load_groups([str(path)])
     assert len(groups) == 2501
     assert all(len(g.pos) == 1 and len(g.neg) > 1 and g.pos[0] not in g.neg for g in groups)
@@ -73,8 +70,7 @@ def test_beir_train_qrels_become_groups(tmp_path):
 
 
 def test_scifact_train_split_loads():
-    if not (data_dir("scifact") / "corpus.jsonl").is_file():
-        pytest.skip("shared data not present")
+    shared_data("scifact", "corpus.jsonl")
     groups = load_groups(["scifact"], beir_random_negatives=4)
     assert len(groups) > 800 and all(len(g.neg) == 4 for g in groups)
 

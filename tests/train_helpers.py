@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from dsprune.distributed import free_port, remove_shm_buffers, shm_buffers
+from dsprune.settings import data_dir
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "launchers" / "train.py"
@@ -27,6 +28,17 @@ TOPICS = [
     ("gene expression embryo", "gene expression changes during development of the embryo"),
     ("interest rates bonds", "interest rates affect bond prices and bank margins"),
 ]
+
+
+def shared_data(name: str, file: str | None = None) -> Path:
+    """The shared data folder ``name`` (its ``file`` must be there too, if named); the test is skipped on a checkout
+    with no shared data beside it."""
+    import pytest
+
+    folder = data_dir(name)
+    if not ((folder / file).is_file() if file else folder.is_dir()):
+        pytest.skip("shared data not present")
+    return folder
 
 
 def write_groups(path: Path, n: int = 64, seed: int = 0, scores: bool = True) -> Path:
