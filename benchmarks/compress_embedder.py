@@ -284,11 +284,12 @@ def left_out(without: tuple[str, ...] | list[str]) -> list[str]:
     return [s for key in without for s in (*PRECISIONS[key], *([BOTH[key]] if key in BOTH else []))]
 
 
-def stages_run(variant: str, without: tuple[str, ...] | list[str]) -> list[str] | None:
-    """The stages a run that leaves ``without``'s number formats out runs (None: every stage)."""
+def stages_run(variant: str, without: tuple[str, ...] | list[str], stages=None) -> list[str] | None:
+    """The stages a run that leaves ``without``'s number formats out runs (None: every stage); ``stages``: the
+    variant's recipe stages, where the caller has loaded them already."""
     if not without:
         return None
-    _, stages = load_recipe(recipe_of(variant))
+    stages = stages if stages is not None else load_recipe(recipe_of(variant))[1]
     return [s.name for s in stages if s.name not in left_out(without)]
 
 
@@ -303,7 +304,8 @@ def command(params: dict, variant: str = "", without: tuple[str, ...] | list[str
     kept = [(r, label) for r, label in zip(report["results"], report["labels"]) if r not in gone]
     sets = {**sets_of(variant), "report.results": [r for r, _ in kept], "report.labels": [label for _, label in kept],
             "report.bench": [b for b in report.get("bench", []) if b not in gone]}
-    return recipe_command(recipe_of(variant), out_of(variant), params, sets) + ["--only", *stages_run(variant, without)]
+    return recipe_command(recipe_of(variant), out_of(variant), params, sets) + [
+        "--only", *stages_run(variant, without, stages)]
 
 
 def share_finished_stages(variant: str) -> None:
