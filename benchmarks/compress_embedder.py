@@ -186,7 +186,9 @@ VARIANTS = {"last": {"label": "drop-last-k", "set": {"plan.order": "last"},
             # EffiR Table 3's pair with the better recovery on both sides: the coarse drop + slim recovered by the
             # distillation through LoRA, ``versus`` the deeper drop recovered the same way at the same seed (the
             # runs whose models they pair must be on disk, or their results keep per-query scores)
-            "slim-lora": {"label": "coarse drop + slim, distillation through LoRA", "base": "slim", "pair_main": False,
+            # its base shares the untrained stages; it trains another way, so it is its own family, no seed of it
+            "slim-lora": {"label": "coarse drop + slim, distillation through LoRA", "base": "slim", "family": "slim-lora",
+                          "pair_main": False,
                           "set": {},           # the distillation through LoRA's options, set below
                           "rows": {"drop + distill": "drop + slim + distill (LoRA)", "drop only": "drop + slim only"},
                           "share": ("plan", "drop", "slim", "mask", "export-mask", "eval-drop"),
