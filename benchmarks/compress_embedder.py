@@ -313,12 +313,22 @@ def command(params: dict, variant: str = "", without: tuple[str, ...] | list[str
 def share_finished_stages(variant: str) -> None:
     """Hard-link the finished stages that the variant would compute identically, from its base run, or the run
     its ``share_from`` names (the recipe then finds their stamps and reuses them). The untrained stages every run
-    shares come from the main run only where the base run lacks them: the base's later stages (plan, drop) name
-    the copies they read, and a stage that read another run's copy is rerun."""
+    shares come from the main run (or another variant) only where the base run lacks them: the base's later
+    stages (plan, drop) name the copies they read, and a stage that read another run's copy is rerun."""
     base = out_of(VARIANTS[variant].get("share_from", base_of(variant)))
-    for name, src in ([(n, base / n if (base / n / "stage.json").is_file() else OUT / n) for n in SHARED_STAGES]
+    for name, src in ([(n, shared_copy(n, base)) for n in SHARED_STAGES]
                       + [(n, base / n) for n in VARIANTS[variant].get("share", ())]):
         link_finished_stage(src, out_of(variant) / name)
+
+
+def shared_copy(name: str, base: Path) -> Path:
+    """The finished copy of an untrained stage every run shares: the base run's, else the main run's, else any
+    other variant's (a new machine has only the runs made on it, and these stages take the better part of an
+    hour); the recipe reuses it only where its fingerprint matches."""
+    for run in (base, OUT, *sorted(OUT.parent.glob(f"{OUT.name}-*"))):
+        if (run / name / "stage.json").is_file():
+            return run / name
+    return OUT / name
 
 
 def distill_summary(run: Path) -> dict:

@@ -318,6 +318,14 @@ def test_a_variants_second_seed_reuses_its_base_runs_untrained_stages(tmp_path, 
     ce.share_finished_stages("slim-seed2")
     assert json.loads((new / "score" / "stage.json").read_text())["fingerprint"] == "compress-embedder-slim-score"
     assert json.loads((new / "eval-full" / "stage.json").read_text())["fingerprint"] == "compress-embedder-eval-full"
+    # a stage neither has comes from another variant's run
+    other = ce.out_of("distill-lora-seed2-rerun") / "mine"
+    other.mkdir(parents=True)
+    (other / "stage.json").write_text(json.dumps({"fingerprint": "rerun-mine"}))
+    shutil.rmtree(new)
+    ce.share_finished_stages("slim-seed2")
+    assert json.loads((new / "mine" / "stage.json").read_text())["fingerprint"] == "rerun-mine"
+    assert json.loads((new / "eval-full" / "stage.json").read_text())["fingerprint"] == "compress-embedder-eval-full"
 
 
 def test_the_same_comparison_at_two_seeds_gives_a_verdict(tmp_path, monkeypatch):
