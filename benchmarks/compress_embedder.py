@@ -399,6 +399,8 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
     bench = formats.read_json(bench, "bench") if bench.is_file() else {}
     doc["bench_pairs"] = {k: bench[k]["speedup_pairs"] for k in ("document", "query")
                           if "speedup_pairs" in bench.get(k, {})}
+    if "machine" in bench:
+        doc["bench_machine"] = bench["machine"]
     for key, (evaluated, benched) in PRECISIONS.items():
         doc[key] = None
         if (out / benched / formats.BENCH).is_file():

@@ -193,6 +193,22 @@ def _bench(vout, name, settings, machine=True, speedup=2.1):
     (vout / name / "bench.json").write_text(json.dumps(bench))
 
 
+def test_a_variants_float_bench_names_its_cpu(tmp_path):
+    """Two runs of a pair timed on different CPUs differ by their kernels too, so the results keep the float32
+    bench's machine and RESULTS.md names it; a bench without the record names none."""
+    out, results = _fake_run(tmp_path), tmp_path / "results"
+    results.mkdir()
+    ce.collect({}, out, results)
+    vout = _fake_run(tmp_path, out_name="out-mild")
+    vdoc = json.loads(ce.collect({}, vout, results, "1.6x-lora", main=out).read_text())
+    assert "bench_machine" not in vdoc
+    assert "Its float32 bench ran on" not in render.render(results, tmp_path / "RESULTS.md")
+    _bench(vout, "bench", {"dtype": "float32"})
+    vdoc = json.loads(ce.collect({}, vout, results, "1.6x-lora", main=out).read_text())
+    assert vdoc["bench_machine"]["cpu"] == "Some CPU"
+    assert "Its float32 bench ran on Some CPU (torch kernels AVX512)." in render.render(results, tmp_path / "RESULTS.md")
+
+
 def test_a_milder_plan_with_int8_and_bf16_joins_the_table_unpaired_with_the_main_run(tmp_path):
     """The 1.6x variant's plan differs from the main run's, so its models are not paired with the main run's;
     its int8 and bfloat16 rows come with the CPU they were timed on, and a bench without that record is refused."""

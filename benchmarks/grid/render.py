@@ -521,7 +521,7 @@ def render_compress(results: Path, md: Path) -> list[str]:
         out.append(f"- **{v['variant']['label']}** (`{v['command']}`): {how}: drops "
                    f"{len(vp['attn'])} attention sub-layers {vp['attn']} and {len(vp['mlp'])} MLPs {vp['mlp']}"
                    f"{slimmed}, FLOP ratio {vp['flop_ratio']:.3f}×, then {recovery_of(v, d)}. {stage_minutes(v)}"
-                   + left_out_note(v))
+                   + left_out_note(v) + bench_machine_note(v))
         added = [x for x in text_sources(v) if x not in text_sources(d)]
         if added:
             out.append(f"  - **Confound:** its distillation text adds {', '.join(added)}, unlabelled; where one is a "
@@ -586,6 +586,13 @@ def left_out_note(v: dict) -> str:
     gone = v.get("left_out")
     return (f" It left out {', '.join(gone['formats'])} (`--without`: no stage {', '.join(gone['stages'])}, "
             "no report row).") if gone else ""
+
+
+def bench_machine_note(v: dict) -> str:
+    """The CPU the run's float32 speed-ups were timed on: runs timed on other CPUs differ by their kernels as well
+    as by their models (results collected before the record was kept say nothing)."""
+    m = v.get("bench_machine")
+    return f" Its float32 bench ran on {m['cpu']} (torch kernels {m['cpu_capability']})." if m else ""
 
 
 def stage_minutes(v: dict) -> str:
