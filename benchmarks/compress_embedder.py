@@ -394,6 +394,10 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
     plan = formats.read_json(out / "plan" / "plan.json", "plan")
     doc["plan"] = {k: plan.get(k) for k in ("target_speedup", "seq_len", "attn", "mlp", "slim_ratio",
                                             "flop_ratio", "num_layers")}
+    slimmed = out / "export-mask" / "manifest.json"
+    if slimmed.is_file():      # which neurons the slimming kept: seeds and CPUs may rank the gates apart
+        doc["plan"]["intermediate_sizes"] = formats.read_json(slimmed, "export manifest")["structure"][
+            "intermediate_sizes"]
     doc["distill"] = distill_summary(out / "distill")
     bench = out / "bench" / "bench.json"
     bench = formats.read_json(bench, "bench") if bench.is_file() else {}

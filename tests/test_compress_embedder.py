@@ -130,6 +130,10 @@ def test_a_variant_with_its_own_recipe_joins_the_table(tmp_path):
     assert "| drop + slim + distill |" in section and "| drop + slim only |" in section
     assert "`recipes/compress-embedder-slim.yaml` (the same stages plus `slim`, `mask` and `export-mask`; its no-recovery row" in section
     assert "slims the kept MLPs by 0.5" in section
+    assert "intermediate_sizes" not in vdoc["plan"]
+    sizes = [235, None, 673] + [500] * 21
+    (vout / "export-mask" / "manifest.json").write_text(json.dumps({"structure": {"intermediate_sizes": sizes}}))
+    assert json.loads(ce.collect({}, vout, results, "slim", main=out).read_text())["plan"]["intermediate_sizes"] == sizes
 
 
 def test_the_int8_and_bf16_rows_are_the_distilled_model_benched_against_the_float_unpruned_model():
