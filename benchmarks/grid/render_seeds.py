@@ -67,9 +67,29 @@ def recovery_lines(main: dict, variants: list[dict]) -> list[str]:
         what = "the distillation" if how == "distilled" else f"the {how} recovery"
         out.append(f"  - Recovery in {label} ({how} − no recovery, paired per query, mean over the tasks): "
                    f"{each}. " + verdict([d for _, d in deltas], len({s for s, _ in deltas}),
-                                         f"{what} recovers quality at this plan", f"{what} loses quality at this plan"))
+                                         f"{what} recovers quality at this plan", f"{what} loses quality at this plan")
+                   + starts_note(docs))
     return (["- **Does the recovery training recover quality?** A verdict needs two seeds with both intervals on "
              "the same side of 0."] + out) if out else []
+
+
+# the stages whose model a run's no-recovery row evaluates: the dropped model, or the dropped and slimmed one
+UNTRAINED = ("drop", "export-mask")
+
+
+def starts_note(docs: list[dict], who: str = "The seeds") -> str:
+    """Seeds of one plan whose pruned starting models differ (a slimming run again on another machine can keep
+    other neurons): then the seeds differ in more than the training seed, and the line says so."""
+    prints = {}
+    for d in docs:
+        for r in d["report"]["rows"]:
+            if Path(r.get("model") or "").name in UNTRAINED and r.get("fingerprint"):
+                prints[seed_of(d)] = r["fingerprint"]
+    if len(set(prints.values())) < 2:
+        return ""
+    each = ", ".join(f"seed {s}: {f[:8]}…" for s, f in prints.items())
+    return (f" {who} start from different pruned models ({each}, `fingerprint` of the no-recovery row): "
+            "they differ in more than the training seed.")
 
 
 def recovered_by(doc: dict) -> str:
@@ -92,18 +112,57 @@ def comparison_lines(main: dict, variants: list[dict]) -> list[str]:
                 pairs.append((a["label"], a, other))
         for label, a, other in pairs:
             key = (family(doc), family(other))
-            groups.setdefault(key, []).append((seed_of(doc), label, a))
+            groups.setdefault(key, []).append((seed_of(doc), label, a, doc, other))
     out = []
     for entries in groups.values():
         entries.sort(key=lambda e: str(e[0]))
-        seeds = {s for s, _, _ in entries}
-        _, label, first = entries[0]
-        each = "; ".join(f"seed {s}: {interval(a['mean_delta'])}" for s, _, a in entries)
+        seeds = {e[0] for e in entries}
+        _, label, first, _, _ = entries[0]
+        each = "; ".join(f"seed {s}: {interval(a['mean_delta'])}" for s, _, a, _, _ in entries)
         out.append(f"  - {label} − {first['against']} (each at the same seed, paired per query, mean over the "
-                   f"tasks): {each}. " + verdict([a["mean_delta"] for _, _, a in entries], len(seeds),
-                                                f"{label} is better", f"{first['against']} is better"))
+                   f"tasks): {each}. " + verdict([a["mean_delta"] for _, _, a, _, _ in entries], len(seeds),
+                                                f"{label} is better", f"{first['against']} is better")
+                   + speed_note(entries) + starts_note([e[3] for e in entries], "The first's seeds")
+                   + starts_note([e[4] for e in entries], "The second's seeds"))
     return (["- **Which run is better at the same seed?** A verdict needs two seeds with both intervals on the "
              "same side of 0."] + out) if out else []
+
+
+def row_speed(doc: dict, label: str) -> dict:
+    """The measured speed-ups of the row ``label`` names (a variant's renamed label or the report's own)."""
+    names = (doc.get("variant") or {}).get("report_rows") or {}
+    return next((r.get("speed") or {} for r in doc["report"]["rows"] if names.get(r["label"], r["label"]) == label
+                 or r["label"] == label), {})
+
+
+def speed_note(entries: list[tuple]) -> str:
+    """Each arm's measured speed-ups per seed and the CPU that timed them, since a quality verdict between two
+    models says nothing of their speed; whether one arm was the slower in every seed is read from the figures."""
+    arms = [(row_speed(doc, label), row_speed(other, a["against"]), doc, other)
+            for _, label, a, doc, other in entries]
+    if not all("document" in x and "document" in y for x, y, _, _ in arms):
+        return ""
+
+    def cpus(doc: dict, other: dict) -> str:
+        a, b = ((d.get("bench_machine") or {}).get("cpu") for d in (doc, other))
+        if a == b:
+            return f"both on {a}" if a else "CPUs not recorded"
+        return f"{a or 'a CPU not recorded'} against {b or 'a CPU not recorded'}"
+
+    each = "; ".join(
+        f"seed {s}: {x['document']:.2f}× / {x['query']:.2f}× against {y['document']:.2f}× / {y['query']:.2f}× "
+        f"({cpus(doc, other)})" for (s, *_), (x, y, doc, other) in zip(entries, arms))
+    flops = "; ".join(dict.fromkeys(f"{x['flop_ratio']:.2f}× against {y['flop_ratio']:.2f}×" for x, y, _, _ in arms
+                                    if x.get("flop_ratio") and y.get("flop_ratio")))
+    note = f" Measured speed-ups (documents / queries, each against the unpruned model in its run's bench): {each}."
+    if flops:
+        note += f" FLOP ratios: {flops}."
+    keys = ("document", "query")
+    if all(x[k] < y[k] for x, y, _, _ in arms for k in keys):
+        note += " The first is the slower in every seed, documents and queries: not a comparison at equal speed."
+    elif all(x[k] > y[k] for x, y, _, _ in arms for k in keys):
+        note += " The first is the faster in every seed, documents and queries."
+    return note
 
 
 def verdict(deltas: list[dict], seeds: int, above: str, below: str,
