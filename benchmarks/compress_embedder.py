@@ -225,11 +225,17 @@ def rerun(variant: str) -> dict:
     # its seeds group with each other (slim-lora's pairs with them span two seeds), not with the runs they repeat
     return {"label": f"{v['label']}, run again", "base": variant, "pair_main": False, "set": {},
             "family": f"{v.get('base') or variant}-rerun",
-            "rows": {"drop + distill": f"{trained}, run again", **formats_}, "share": v["share"]}
+            "rows": {"drop + distill": f"{trained}, run again", **formats_}, "share": v.get("share", ())}
 
 
 # slim-lora and slim-lora-seed2 pair with these
 VARIANTS.update({f"{v}-rerun": rerun(v) for v in ("distill-lora", "distill-lora-seed2")})
+# a deeper drop whose measured speed is about the slimmed model's (slim-lora at its seed), paired with it per
+# query: EffiR's Table 3 asks whether slimming beats dropping at equal speed, not only at equal FLOPs. Its seed-43
+# run has the same plan, so it lends the untrained stages.
+VARIANTS["1.6x-lora-rerun"] = {**rerun("1.6x-lora"), "share_from": "1.6x-lora-seed2",
+                               "share": ("plan", "drop", "eval-drop"), "versus": ("slim-lora",)}
+VARIANTS["1.6x-lora-seed2"]["versus"] = ("slim-lora-seed2",)
 VARIANTS["1.15x-lora-wide"]["set"] = {
     **VARIANTS["1.15x-lora"]["set"], "distill.eval_max_length": 128,
     "distill.distill_data": VARIANTS["1.6x-lora-long"]["set"]["distill.distill_data"]}
@@ -417,12 +423,21 @@ def collect(params: dict, out: Path, results: Path, variant: str = "", main: Pat
     before = kept if same_models(kept, doc) else {}
     if variant and VARIANTS[variant].get("pair_main", True):
         main = main or out_of(base_of(variant))
-        if all((main / stage / formats.RESULTS).is_file() for stage, _ in main_pairs(variant)) \
-                or "against_main" not in before:
-            doc["against_main"] = against_main(main, out, variant)
-        else:
+        found = {stage: main_results(main, base_of(variant), stage, results) for stage, _ in main_pairs(variant)}
+        if all(x is not None for x in found.values()):
+            doc["against_main"] = against_main(found, out, variant)
+        elif "against_main" in before:
             doc["against_main"] = before["against_main"]
             doc.setdefault("paired_before", {})["against_main"] = before.get("code_version")
+        else:   # the run's own models still stand; only this pairing waits for the other run again
+            base = base_of(variant)
+            doc["against_main"] = None
+            doc.setdefault("unpaired", {})["against_main"] = (
+                f"its run folder {main.name} is gone and {name_of(base)}.json keeps no per-query scores of "
+                f"{', '.join(s for s, x in found.items() if x is None)}; run `benchmarks/compress_embedder.py"
+                f"{' --variant ' + base if base else ''}` again to pair")
+            print(f"note: not paired with {base or 'the main run'}: {doc['unpaired']['against_main']}",
+                  file=sys.stderr)
     if variant and "versus" in VARIANTS[variant]:
         kept_versus = before.get("versus") or {}
         doc["versus"] = versus(out, variant, results, kept_versus)
@@ -544,12 +559,21 @@ def gone_error(run: str, stage: str, results: Path) -> SystemExit:
                       f"`benchmarks/compress_embedder.py{' --variant ' + run if run else ''}` again")
 
 
-def against_main(main: Path, out: Path, variant: str) -> dict:
-    """A variant's models paired per query with the main run's models of the same stage (the question is
-    the variant against the main run, which two intervals to the unpruned model do not answer)."""
+def main_results(main: Path, run: str, stage: str, results: Path) -> dict | None:
+    """The main run's evaluation stage: from its folder ``main`` while on disk, else the per-query scores its
+    results JSON kept, else None."""
+    if (main / stage / formats.RESULTS).is_file():
+        return compare.read_results(main / stage)
+    return eval_results(run, stage, results)
+
+
+def against_main(found: dict, out: Path, variant: str) -> dict:
+    """A variant's models paired per query with the main run's models of the same stage (``found``: stage ->
+    its results; the question is the variant against the main run, which two intervals to the unpruned model
+    do not answer)."""
     base = labels_of(base_of(variant))
     return {VARIANTS[variant]["rows"][main_label]: {"against": base[main_label], "trained": stage == "eval",
-                                                    **paired(main / stage, out / stage)}
+                                                    **paired(found[stage], out / stage)}
             for stage, main_label in main_pairs(variant)}
 
 

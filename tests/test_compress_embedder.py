@@ -539,8 +539,9 @@ def test_a_run_pairs_with_another_whose_folder_is_gone_through_its_kept_scores(t
 
 
 def test_a_rerun_of_the_same_model_keeps_its_pairing_with_a_main_run_that_is_gone(tmp_path, monkeypatch):
-    """distill-lora run again once the main run's folder is gone: its models score as the kept ones did after
-    the same training, so the pairing with the main run kept then still holds; another model gets none."""
+    """distill-lora run again once the main run's folder is gone: the main run's kept per-query scores pair it
+    afresh; without them its models score as the kept ones did after the same training, so the pairing kept then
+    still holds; another model is left unpaired, saying why, and keeps its own results."""
     import shutil
 
     runs = {"": (0.5, 0.2), "infonce": (0.55, 0.2), "distill-lora": (0.6, 0.2)}
@@ -549,6 +550,11 @@ def test_a_rerun_of_the_same_model_keeps_its_pairing_with_a_main_run_that_is_gon
     assert "paired_before" not in first and set(first["against_main"]) == {"drop + distill (LoRA)"}
     shutil.rmtree(ce.OUT)
     shutil.rmtree(ce.out_of("infonce"))
+    fresh = json.loads(ce.collect({}, ce.out_of("distill-lora"), results, "distill-lora").read_text())
+    assert fresh["against_main"] == first["against_main"] and "paired_before" not in fresh
+    main_doc = json.loads((results / "compress_embedder.json").read_text())
+    del main_doc["per_query"]
+    (results / "compress_embedder.json").write_text(json.dumps(main_doc))
     again = json.loads(ce.collect({}, ce.out_of("distill-lora"), results, "distill-lora").read_text())
     assert again["against_main"] == first["against_main"] and again["versus"] == first["versus"]
     assert again["paired_before"]["against_main"] == first["code_version"]
@@ -557,5 +563,11 @@ def test_a_rerun_of_the_same_model_keeps_its_pairing_with_a_main_run_that_is_gon
     assert "  - Its pairing with the main run was computed when these same models were first collected" in section
     log = ce.out_of("distill-lora") / "distill" / "log.jsonl"
     log.write_text(log.read_text().replace('"loss": 0.25', '"loss": 0.26'))
-    with pytest.raises(Exception, match="compress-embedder/eval"):
-        ce.collect({}, ce.out_of("distill-lora"), results, "distill-lora")
+    other = json.loads(ce.collect({}, ce.out_of("distill-lora"), results, "distill-lora").read_text())
+    assert other["against_main"] is None and "paired_before" not in other
+    assert other["unpaired"]["against_main"] == (
+        "its run folder compress-embedder is gone and compress_embedder.json keeps no per-query scores of eval; "
+        "run `benchmarks/compress_embedder.py` again to pair")
+    assert other["report"]["rows"] and other["recovery"]["mean_delta"]
+    section = render.render(results, tmp_path / "RESULTS.md")
+    assert "  - Not paired with the main run: its run folder compress-embedder is gone" in section

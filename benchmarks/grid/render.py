@@ -543,6 +543,8 @@ def render_compress(results: Path, md: Path) -> list[str]:
             out.append(f"  - Its pairing with {' and '.join(runs)} was computed when these same models were first "
                        "collected (same training losses and in-run scores, same score on every task); that run's "
                        "evaluation is gone from out/ since and kept no per-query scores.")
+        if (v.get("unpaired") or {}).get("against_main"):
+            out.append(f"  - Not paired with the main run: {v['unpaired']['against_main']}.")
     out += recovery_lines(d, variants) + comparison_lines(d, variants) + target_lines(d, variants, ref)
     out.append("")
     for r in table["rows"]:

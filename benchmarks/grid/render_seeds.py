@@ -43,6 +43,15 @@ def family(doc: dict) -> str:
     return v.get("family") or v.get("base", v.get("name", "")) if v else ""
 
 
+def lineage(doc: dict, runs: dict[str, dict]) -> str:
+    """The run whose seeds ``doc`` stands among when paired with another run: a run made again (its own
+    ``family``, its base's settings unchanged) takes its base's, so that its pairing lines up with the pairings
+    of that base's other seeds. A variant with a family and settings of its own is a recipe of its own."""
+    v = doc.get("variant") or {}
+    base = runs.get(v.get("base", "")) if v.get("family") and not v.get("set") else None
+    return lineage(base, runs) if base is not None else family(doc)
+
+
 def another_seed(doc: dict, of: dict) -> bool:
     """``doc`` trains the same plan the same way as ``of``, with another seed."""
     return family(doc) == family(of) and same_plan(doc, of) and seed_of(doc) != seed_of(of)
@@ -111,7 +120,7 @@ def comparison_lines(main: dict, variants: list[dict]) -> list[str]:
             if other is not None and seed_of(other) == seed_of(doc):
                 pairs.append((a["label"], a, other))
         for label, a, other in pairs:
-            key = (family(doc), family(other))
+            key = (lineage(doc, runs), lineage(other, runs))
             groups.setdefault(key, []).append((seed_of(doc), label, a, doc, other))
     out = []
     for entries in groups.values():
@@ -158,10 +167,22 @@ def speed_note(entries: list[tuple]) -> str:
     if flops:
         note += f" FLOP ratios: {flops}."
     keys = ("document", "query")
+    deltas = [a["mean_delta"] for _, _, a, _, _ in entries]
+    # a slower arm that is also the worse one in every seed loses whatever speed the other had to give up
+    worse = len(deltas) > 1 and all(d["high"] < 0 for d in deltas)
+    better = len(deltas) > 1 and all(d["low"] > 0 for d in deltas)
     if all(x[k] < y[k] for x, y, _, _ in arms for k in keys):
-        note += " The first is the slower in every seed, documents and queries: not a comparison at equal speed."
+        note += (" The first is the slower in every seed, documents and queries, and the worse: the second is "
+                 "faster and better." if worse else
+                 " The first is the slower in every seed, documents and queries: not a comparison at equal speed.")
     elif all(x[k] > y[k] for x, y, _, _ in arms for k in keys):
-        note += " The first is the faster in every seed, documents and queries."
+        note += (" The first is the faster in every seed, documents and queries, and the better: it is faster "
+                 "and better." if better else " The first is the faster in every seed, documents and queries.")
+    else:
+        return note
+    apart = [str(s) for (s, *_), (_, _, doc, other) in zip(entries, arms) if not cpus(doc, other).startswith("both")]
+    if apart:
+        note += f" Seed {', '.join(apart)}: the two arms were not timed on one recorded CPU."
     return note
 
 
