@@ -265,3 +265,18 @@ def rerender() -> None:
         print(f"rendered {render.RESULTS_MD}")
     except DsPruneError as e:
         print(f"error: {e}", file=sys.stderr)
+
+
+def write_and_render(results: Path, name: str, doc: dict, text: str, render: bool = True) -> int:
+    """A benchmark's last step: ``doc`` as ``results/NAME.json`` (written to a temporary name and renamed), its
+    table printed, and RESULTS.md rendered again unless ``render`` is off."""
+    from dsprune import formats
+
+    results.mkdir(parents=True, exist_ok=True)
+    dest = results / f"{name}.json"
+    formats.write_json(dest, doc)
+    print(text)
+    print(f"wrote {dest}")
+    if render:
+        rerender()
+    return 0

@@ -25,7 +25,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:   # run as a file: the checkout's root makes `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import REPO, bench_speed, rerender, stage  # noqa: E402
+from benchmarks._common import REPO, bench_speed, stage, write_and_render  # noqa: E402
 from dsprune import formats  # noqa: E402
 
 NAME = "int8_padding"
@@ -145,15 +145,7 @@ def main(argv: list[str] | None = None) -> int:
            "padding": padding(a.model, Path(a.data) if a.data else data_dir("scifact"),
                               [a.batch_size, *a.padding_batch_sizes], a.max_length),
            **measure(a, out)}
-    results = Path(a.results)
-    results.mkdir(parents=True, exist_ok=True)
-    dest = results / f"{NAME}.json"
-    formats.write_json(dest, doc)
-    print("\n".join(render.int8_section(doc)))
-    print(f"wrote {dest}")
-    if not a.no_render:
-        rerender()
-    return 0
+    return write_and_render(Path(a.results), NAME, doc, "\n".join(render.int8_section(doc)), not a.no_render)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from .render_gaprune_embedder import render_gaprune_embedder
 from .render_dense_runs import render_dense_runs
 from .render_precision_machines import render_precision_machines
 from .render_table1 import render_table1
+from .render_sublayer_time import render_sublayer_time
 from .render_throughput import render_throughput
 from .rows import (DEFAULT_TASKS, DOMAIN_TASK, DROP_PAIRS, EFFIR_PAIRS, GAP_CLAIM_SETS, GAP_LABELS, GAP_METHODS,
                    HEADLINE_TASK, MODEL_NOTE, RECOVERY_PAIRS, ROWS, SCALED, TABLES, Table)
@@ -352,6 +353,7 @@ def render(results: Path, md: Path) -> str:
     out += render_overlap(results)
     out += render_families(results, md)
     out += render_compress(results, md)
+    out += render_sublayer_time(results)
     out += render_table1(results)
     out += render_dense_runs(results, docs.get("dense"))
     out += render_gaprune_embedder(results)
