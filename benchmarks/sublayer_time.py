@@ -1,5 +1,5 @@
-"""Where a pruned EmbeddingGemma's encoding time goes, sub-layer by sub-layer: why a slimmed model runs below its
-FLOP ratio while a model with whole sub-layers dropped runs at about its own.
+"""Where a pruned EmbeddingGemma's encoding time goes, sub-layer by sub-layer: whether a slimmed model's shape runs
+below its FLOP ratio, and below a model with whole sub-layers dropped at about the same ratio.
 
     flock /tmp/dsprune-heavy.lock .venv/bin/python benchmarks/sublayer_time.py
 
@@ -12,7 +12,8 @@ in batches of 64, ``dsprune bench``'s defaults as the recipe runs it):
 
 1. every model's passes alternate with the others' in one process (``time_pairs``), and each pruned model's
    speed-up is the median of its per-round ratios to the unpruned pass, with their min–max: every arm on one CPU,
-   in one run;
+   in one run; every two pruned models are also set against each other round by round (``versus``), since
+   the unpruned pass drifts between rounds;
 2. hooked passes time each attention and MLP sub-layer and their norms; what is left (embedding lookup, rotary
    tables, masks, pooling, the Dense head) is the pass minus those;
 3. a least-squares line ms = a + b · width over every kept MLP of every model says what an MLP costs beyond its
@@ -212,6 +213,17 @@ def width_proportional(model: dict, full: dict, full_width: int) -> float:
     return model["total_s"] - model["parts_s"]["MLP"] + mlp
 
 
+def versus(times: dict, res: dict) -> list[dict]:
+    """Every two pruned models against each other, round by round: each one's ratio to the unpruned pass carries
+    that pass's drift between rounds, which a direct ratio of two arms timed side by side does not."""
+    from dsprune.eval import speed
+
+    names = [n for n in res if n != REFERENCE]
+    return [{"first": a, "second": b, "pairs": speed.pair_ratios(times[a], times[b]),
+             "hooked": res[a]["total_s"] / res[b]["total_s"]}
+            for i, a in enumerate(names) for b in names[i + 1:]]
+
+
 FLUSH = " (flush)"
 SHAPE = ", shape only"
 
@@ -275,7 +287,7 @@ def measure(model: str, plans: dict, real: dict, docs: list[str], queries: list[
                 r["hooked_speedup"] = full["total_s"] / r["total_s"]
                 r["width_proportional_speedup"] = full["total_s"] / width_proportional(r, full, full_width)
         out[kind] = {"batch_size": bs, "length": length, "texts": len(texts), "mlp_fit": fit,
-                     "full_width": full_width, "models": res}
+                     "full_width": full_width, "models": res, "versus": versus(times, res)}
     return out
 
 
@@ -295,6 +307,10 @@ def table(doc: dict) -> str:
             lines.append(f"{n:<24} {s:>18} {r['flop_ratio']:>6.2f} {wp:>11} {r['flush_pairs']['median']:>6.2f} "
                          f"{r['subnormal_down_inputs']['all']:>9.1e} {r['attention_kept']:>4} "
                          + " ".join(f"{r['parts_s'][p] * 1e3:>10.0f}ms" for p in PARTS))
+        for v in k["versus"]:
+            sp = v["pairs"]
+            lines.append(f"{v['second']} over {v['first']}: {sp['median']:.2f} [{sp['min']:.2f}–{sp['max']:.2f}], "
+                         f"hooked {v['hooked']:.2f}")
         lines.append("")
     return "\n".join(lines)
 
@@ -364,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="saved models to time beside the rebuilt shapes (e.g. a slimmed run's distill/model)")
     ap.add_argument("--docs", type=int, default=64)
     ap.add_argument("--queries", type=int, default=128)
-    ap.add_argument("--pairs", type=int, default=5, help="alternating rounds of every model")
+    ap.add_argument("--pairs", type=int, default=8, help="alternating rounds of every model")
     ap.add_argument("--rounds", type=int, default=3, help="hooked passes per model (after one warm-up)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--results", default=str(REPO / "benchmarks" / "results"))

@@ -88,3 +88,18 @@ def test_the_section_sets_a_saved_model_against_its_own_shape():
     assert "2.00 ms + 8.00 µs per neuron (R² 0.980); the fixed part is 18% of a full-width MLP's 11.0 ms" in (
         fit_sentence("document", k))
     assert len(kind_table(k)) == 2 + 3
+
+
+def test_two_pruned_models_are_set_against_each_other_round_by_round():
+    from benchmarks.grid.render_sublayer_time import versus_sentences
+
+    # the unpruned pass drifts (10, 14, 10 s) while the slimmed arm stays 1.2× slower than the dropped one
+    times = {"unpruned": [10.0, 14.0, 10.0], "slim": [6.0, 6.0, 4.8], "drop": [5.0, 5.0, 4.8]}
+    res = {n: {"total_s": s[0]} for n, s in times.items()}
+    (v,) = st.versus(times, res)
+    assert (v["first"], v["second"]) == ("slim", "drop")
+    assert v["pairs"]["ratios"] == pytest.approx([1.2, 1.2, 1.0]) and v["hooked"] == pytest.approx(1.2)
+    (line,) = versus_sentences("document", {"versus": [v]})
+    assert line == ("- Documents: *drop* runs 1.20× as fast as *slim* (rounds 1.00–1.20×; faster in 2 of 3 "
+                    "rounds), 1.20× in the hooked passes.")
+    assert versus_sentences("query", {}) == []

@@ -44,6 +44,18 @@ def fit_sentence(kind: str, k: dict) -> str:
             "FLOP count has none.")
 
 
+def versus_sentences(kind: str, k: dict) -> list[str]:
+    """Two pruned models timed side by side: their own ratio, free of the unpruned pass's drift."""
+    out = []
+    for v in k.get("versus", []):
+        sp = v["pairs"]
+        out.append(f"- {PLURAL[kind].capitalize()}: *{v['second']}* runs {sp['median']:.2f}× as fast as "
+                   f"*{v['first']}* (rounds {sp['min']:.2f}–{sp['max']:.2f}×; faster in "
+                   f"{sum(r > 1 for r in sp['ratios'])} of {len(sp['ratios'])} rounds), "
+                   f"{v['hooked']:.2f}× in the hooked passes.")
+    return out
+
+
 def pair_sentences(kind: str, k: dict) -> list[str]:
     """A saved model against its own shape on the unpruned weights: what its weights, not its shape, cost."""
     out = []
@@ -75,7 +87,7 @@ def render_sublayer_time(results: Path) -> list[str]:
            "threads: the unpruned model and pruned shapes rebuilt from committed runs' plans on its weights (each "
            "MLP keeping its first neurons), plus saved models as trained, every one timed in the same alternating "
            "rounds (*speed-up*: median of the per-round ratios to the unpruned pass). Part times come from hooked "
-           "passes (*rest*: embedding lookup, masks, rotary tables, pooling, the Dense head); *width-proportional*: "
+           "passes, one model after another, (*rest*: embedding lookup, masks, rotary tables, pooling, the Dense head); *width-proportional*: "
            "the speed-up if every MLP cost a full-width MLP's time × its width share, the rest as measured; "
            "*flushed / not*: pass time with `torch.set_flush_denormal(True)` over without (the flag reaches the "
            "calling thread only).", ""]
@@ -83,6 +95,8 @@ def render_sublayer_time(results: Path) -> list[str]:
         out += [f"**{PLURAL[kind].capitalize()}** ({k['texts']} at {k['length']} tokens, batches of "
                 f"{k['batch_size']}):", ""] + kind_table(k) + [""]
     out += [fit_sentence(kind, k) for kind, k in d["kinds"].items()]
+    for kind, k in d["kinds"].items():
+        out += versus_sentences(kind, k)
     for kind, k in d["kinds"].items():
         out += pair_sentences(kind, k)
     png = results / d["plot"]
