@@ -103,3 +103,10 @@ def test_two_pruned_models_are_set_against_each_other_round_by_round():
     assert line == ("- Documents: *drop* runs 1.20× as fast as *slim* (rounds 1.00–1.20×; faster in 2 of 3 "
                     "rounds), 1.20× in the hooked passes.")
     assert versus_sentences("query", {}) == []
+
+
+def test_a_fit_through_or_below_zero_has_no_fixed_part():
+    from benchmarks.grid.render_sublayer_time import fit_sentence
+
+    k = {"mlp_fit": {"a": -0.001, "b": 1e-5, "r2": 0.9, "n": 3}, "models": {"unpruned": {"mlp_s": {"0": 0.01}}}}
+    assert fit_sentence("query", k).endswith("no fixed part (a full-width MLP takes 10.0 ms), as a FLOP count has it.")

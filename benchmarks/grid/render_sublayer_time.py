@@ -40,8 +40,9 @@ def fit_sentence(kind: str, k: dict) -> str:
     per_mlp = statistics.median(full["mlp_s"].values())
     return (f"- {PLURAL[kind].capitalize()}: one MLP's time against its width, over the {fit['n']} kept MLPs of "
             f"every model: {fit['a'] * 1e3:.2f} ms + {fit['b'] * 1e6:.2f} µs per neuron (R² {fit['r2']:.3f}); "
-            f"the fixed part is {fit['a'] / per_mlp:.0%} of a full-width MLP's {per_mlp * 1e3:.1f} ms, where a "
-            "FLOP count has none.")
+            + (f"the fixed part is {fit['a'] / per_mlp:.0%} of a full-width MLP's {per_mlp * 1e3:.1f} ms, where a "
+               "FLOP count has none." if fit["a"] > 0 else
+               f"no fixed part (a full-width MLP takes {per_mlp * 1e3:.1f} ms), as a FLOP count has it."))
 
 
 def versus_sentences(kind: str, k: dict) -> list[str]:
