@@ -88,10 +88,10 @@ def render_sublayer_time(results: Path) -> list[str]:
            "threads: the unpruned model and pruned shapes rebuilt from committed runs' plans on its weights (each "
            "MLP keeping its first neurons), plus saved models as trained, every one timed in the same alternating "
            "rounds (*speed-up*: median of the per-round ratios to the unpruned pass). Part times come from hooked "
-           "passes, one model after another, (*rest*: embedding lookup, masks, rotary tables, pooling, the Dense head); *width-proportional*: "
-           "the speed-up if every MLP cost a full-width MLP's time × its width share, the rest as measured; "
-           "*flushed / not*: pass time with `torch.set_flush_denormal(True)` over without (the flag reaches the "
-           "calling thread only).", ""]
+           "passes, one model after another (*rest*: embedding lookup, masks, rotary tables, pooling, the Dense "
+           "head); *width-proportional*: the speed-up if every MLP cost a full-width MLP's time × its width "
+           "share, the rest as measured; *flushed / not*: pass time with `torch.set_flush_denormal(True)` over "
+           "without (the flag reaches the calling thread only).", ""]
     for kind, k in d["kinds"].items():
         out += [f"**{PLURAL[kind].capitalize()}** ({k['texts']} at {k['length']} tokens, batches of "
                 f"{k['batch_size']}):", ""] + kind_table(k) + [""]
